@@ -1,0 +1,169 @@
+"""The ``laketrain`` command line. Each area registers its own commands; this module only
+wires them together and turns known errors into a clean message and exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.settings import SettingsError, get_settings
+
+app = typer.Typer(
+    name="laketrain",
+    help="Versioned datasets from a data lake, and training on them.",
+    no_args_is_help=True,
+    pretty_exit_codes=False,
+) if "pretty_exit_codes" in typer.Typer.__init__.__code__.co_varnames else typer.Typer(
+    name="laketrain", help="Versioned datasets from a data lake, and training on them.", no_args_is_help=True
+)
+db_app = typer.Typer(help="The metadata store.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+def print_json(data: object) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply the metadata-store migrations."""
+    from pipeline.metadata.store import current_revision, make_engine, upgrade
+
+    url = get_settings().database_url
+    engine = make_engine(url)
+    upgrade(engine, revision)
+    console.print(f"metadata store at revision [bold]{current_revision(engine)}[/]")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Print the metadata store's migration revision."""
+    from pipeline.metadata.store import current_revision, make_engine
+
+    console.print(current_revision(make_engine(get_settings().database_url)) or "(empty)")
+
+
+@app.command("sample-lake")
+def sample_lake(
+    force: Annotated[bool, typer.Option(help="Write the samples even if the lake has files.")] = False,
+) -> None:
+    """Create the sample lake (digits PNGs, sample photos) when the lake is empty."""
+    from pipeline.lake.sample_lake import create_sample_lake
+
+    lake = get_settings().lake_dir
+    written = create_sample_lake(lake, force=force)
+    if written:
+        console.print(f"sample lake written to {lake}: " + ", ".join(f"{k} {v} files" for k, v in written.items()))
+    else:
+        console.print(f"lake {lake} already has data; nothing written")
+
+
+@app.command("scan")
+def scan_cmd(
+    dataset: Annotated[str | None, typer.Argument(help="Scan one dataset folder only.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full change set as JSON.")] = False,
+    wait: Annotated[bool, typer.Option(help="Wait for a running scan of the lake to finish.")] = True,
+) -> None:
+    """Walk the lake, hash new or changed files, and record them in the ledger."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from pipeline.lake.scan import ScanBusyError, scan
+
+    settings = get_settings()
+    show_bar = console.is_terminal and not as_json
+    progress = Progress("hashing", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), disable=not show_bar)
+    task = progress.add_task("hash", total=None)
+    try:
+        with progress:
+            result = scan(
+                settings.lake_dir,
+                dataset=dataset,
+                wait=wait,
+                on_total=lambda n: progress.update(task, total=n),
+                on_progress=lambda n: progress.advance(task, n),
+            )
+    except ScanBusyError as exc:
+        fail(str(exc), code=3)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    if as_json:
+        print_json(result.to_json())
+        return
+    summary = result.summary()
+    table = Table(title=f"scan {result.scan_id} of {settings.lake_dir}" + (f" / {dataset}" if dataset else ""))
+    for name in ("new", "changed", "renamed", "deleted", "touched", "unchanged", "refused", "unreadable", "settling"):
+        table.add_column(name, justify="right")
+    table.add_row(*(str(summary[k]) for k in ("new", "changed", "renamed", "deleted", "touched", "unchanged", "refused", "unreadable", "settling")))
+    console.print(table)
+    console.print(
+        f"{result.bytes_hashed / 1e6:.1f} MB hashed in {result.seconds:.2f} s "
+        f"({result.files_per_second:,.0f} files/s)"
+    )
+    for path, reason in result.refused + result.unreadable:
+        console.print(f"  [yellow]skipped[/] {path}: {reason}", markup=True, highlight=False)
+
+
+@app.command("files")
+def files_cmd(
+    path: Annotated[str | None, typer.Option("--path", help="Glob on the lake-relative path, e.g. 'digits/3/*'.")] = None,
+    md5: Annotated[str | None, typer.Option("--md5", help="MD5 prefix.")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="ok, unreadable, invalid, refused or deleted.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 1000,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List ledger rows."""
+    from pipeline.lake.ledger_query import list_files
+
+    try:
+        rows = list_files(path_glob=path, md5_prefix=md5, status=status, limit=limit)
+    except ValueError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"{len(rows)} ledger rows")
+    for col in ("path", "size", "md5", "status", "last_seen", "error"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(
+            row["path"], str(row["size"] if row["size"] is not None else ""), row["md5"] or "",
+            row["status"], str(row["last_seen"])[:19], row["error"] or "",
+        )
+    console.print(table)
+
+
+def _register_areas() -> None:
+    # Each area owns its commands module; importing one never pulls torch or Airflow.
+    from pipeline.datasets import commands as dataset_commands
+    from training import commands as training_commands
+
+    dataset_commands.register(app)
+    training_commands.register(app)
+
+
+def main() -> None:
+    try:
+        get_settings()
+    except SettingsError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise SystemExit(2) from None
+    app()
+
+
+_register_areas()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Versioned datasets: recipes, preprocessors, segments, versions, the reader."""

@@ -1,0 +1,1 @@
+"""The lake side: walking the lake, hashing files, and the ledger scan."""

@@ -1,0 +1,155 @@
+"""Walk a lake with ``os.scandir``, stat only: nothing is opened and nothing is written.
+
+The walk sorts every entry into one of: a candidate file (with its stat key), a file still
+settling, a refused entry (symlink escaping the lake, special file) or an unlistable folder.
+Hidden files, ``*.tmp``/``*.part`` and ``_``-prefixed folders are skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_mod
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+IGNORED_SUFFIXES = (".tmp", ".part")
+
+
+@dataclass(frozen=True, slots=True)
+class StatKey:
+    """What decides whether a file must be re-hashed. ctime is in the key because a rewrite
+    can restore size and mtime (``os.utime``) but never ctime."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> StatKey:
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    path: str  # posix, relative to the lake root
+    abspath: str
+    key: StatKey
+
+
+@dataclass(frozen=True, slots=True)
+class Settling:
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unlistable:
+    """A folder that could not be listed: files under it must not be taken for deleted."""
+
+    path: str
+    reason: str
+
+
+Entry = Candidate | Settling | Refused | Unlistable
+
+
+def is_ignored_name(name: str, *, is_dir: bool) -> bool:
+    if name.startswith("."):
+        return True
+    if is_dir:
+        return name.startswith("_")
+    return name.endswith(IGNORED_SUFFIXES)
+
+
+def walk_lake(lake: Path, *, dataset: str | None = None, settle_seconds: float = 0.0) -> Iterator[Entry]:
+    """Yield every entry under ``lake`` (or under ``lake/dataset``), stat only."""
+    root = os.path.realpath(lake)
+    settle_ns = int(settle_seconds * 1e9)
+    now_ns = time.time_ns()
+    if dataset is not None:
+        top = os.path.join(root, dataset)
+        if not os.path.isdir(top):
+            return
+        yield from _walk_dir(root, top, dataset, now_ns, settle_ns)
+        return
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as exc:
+        yield Unlistable("", f"cannot list the lake: {exc.strerror or exc}")
+        return
+    for entry in entries:
+        if is_ignored_name(entry.name, is_dir=entry.is_dir(follow_symlinks=False)):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk_dir(root, entry.path, entry.name, now_ns, settle_ns)
+        else:
+            yield Refused(entry.name, "not inside a dataset folder (lake/<dataset>/...)")
+
+
+def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> Iterator[Entry]:
+    try:
+        entries = list(os.scandir(folder))
+    except OSError as exc:
+        yield Unlistable(rel, f"cannot list folder: {exc.strerror or exc}")
+        return
+    for entry in entries:
+        relpath = f"{rel}/{entry.name}"
+        try:
+            is_link = entry.is_symlink()
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if is_ignored_name(entry.name, is_dir=is_dir):
+                continue
+            if is_dir:
+                yield from _walk_dir(root, entry.path, relpath, now_ns, settle_ns)
+                continue
+            if is_link:
+                verdict = _check_symlink(root, entry.path, relpath)
+                if verdict is not None:
+                    yield verdict
+                    continue
+                st = os.stat(entry.path)
+            else:
+                st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # vanished between listing and stat: it simply is not there this round
+        except OSError as exc:
+            yield Refused(relpath, f"cannot stat: {exc.strerror or exc}")
+            continue
+        if not stat_mod.S_ISREG(st.st_mode):
+            yield Refused(relpath, f"special file ({_kind(st.st_mode)}), not a regular file")
+            continue
+        if now_ns - st.st_mtime_ns < settle_ns:
+            yield Settling(relpath)
+            continue
+        yield Candidate(relpath, entry.path, StatKey.of(st))
+
+
+def _check_symlink(root: str, path: str, relpath: str) -> Refused | None:
+    target = os.path.realpath(path)
+    if os.path.commonpath([root, target]) != root:
+        return Refused(relpath, "symlink target lies outside the lake")
+    if not os.path.exists(target):
+        return Refused(relpath, "dangling symlink")
+    if os.path.isdir(target):
+        return Refused(relpath, "symlink to a folder is not followed")
+    return None
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat_mod.S_ISFIFO, "fifo"),
+        (stat_mod.S_ISSOCK, "socket"),
+        (stat_mod.S_ISCHR, "character device"),
+        (stat_mod.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return name
+    return "unknown type"

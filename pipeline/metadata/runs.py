@@ -1,0 +1,1 @@
+"""Training models: runs and their checkpoints. Owned by the trainer work; migration 0003."""

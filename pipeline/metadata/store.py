@@ -1,0 +1,130 @@
+"""Open the metadata store: engine, SQLite pragmas, migrations on first use, sessions."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# An arbitrary constant shared by every laketrain process: the PostgreSQL advisory lock that
+# serialises concurrent first-use migrations.
+_MIGRATION_LOCK_KEY = 7_514_212_001
+
+
+class StoreBusyError(RuntimeError):
+    """The store stayed locked by another writer for longer than we were willing to wait."""
+
+
+def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
+    cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
+    # WAL lets readers (the UI, the CLI) go on while a scan or a build writes.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def make_engine(url: str, *, busy_timeout_s: float = 600.0) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": busy_timeout_s})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def alembic_config(url: str):  # -> alembic.config.Config, imported lazily (slow import)
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"migrations have {len(heads)} heads: {heads}")
+    return heads[0]
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply migrations up to ``revision``; concurrent callers on PostgreSQL wait their turn."""
+    from alembic import command
+
+    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+class MetadataStore:
+    """A handle on one metadata database. Cheap to share within a process."""
+
+    def __init__(self, url: str, *, auto_upgrade: bool = True) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        if auto_upgrade and current_revision(self.engine) != head_revision():
+            upgrade(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on any error."""
+        with self._sessions() as session:
+            try:
+                yield session
+                session.commit()
+            except OperationalError as exc:
+                session.rollback()
+                if "database is locked" in str(exc):
+                    raise StoreBusyError("the metadata store is locked by another writer") from exc
+                raise
+            except BaseException:
+                session.rollback()
+                raise
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+_stores: dict[str, MetadataStore] = {}
+_stores_lock = threading.Lock()
+
+
+def open_store(url: str | None = None) -> MetadataStore:
+    """The store at ``url`` (default: the settings' METADATA_DB_URL), migrated to head."""
+    if url is None:
+        from pipeline.settings import get_settings
+
+        url = get_settings().database_url
+    with _stores_lock:
+        store = _stores.get(url)
+        if store is None:
+            store = _stores[url] = MetadataStore(url)
+        return store

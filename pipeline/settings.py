@@ -1,0 +1,99 @@
+"""The one settings object, read from the environment.
+
+Every deployment knob lives here, so that a bad value fails at start with a message that names
+the environment variable instead of surfacing later as an odd error deep in a scan or a build.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def project_root() -> Path:
+    """The working directory `var/` defaults are relative to (the repo root under `make`)."""
+    return Path(os.environ.get("LAKETRAIN_HOME", ".")).resolve()
+
+
+class SettingsError(ValueError):
+    """A setting read from the environment is invalid; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    """Deployment settings. Each field is read from the environment variable of the same name
+    in upper case (e.g. ``lake_dir`` ← ``LAKE_DIR``)."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    lake_dir: Path = Field(
+        default_factory=lambda: project_root() / "var" / "lake",
+        description="Root of the data lake; its first-level folders are datasets.",
+    )
+    data_root: Path = Field(
+        default_factory=lambda: project_root() / "var" / "data",
+        description="Where segments and dataset versions are written.",
+    )
+    metadata_db_url: str = Field(
+        default="",
+        description="SQLAlchemy URL of the metadata store; default SQLite DATA_ROOT/metadata.db.",
+    )
+    checkpoint_url: str = Field(
+        default_factory=lambda: (project_root() / "var" / "objects").as_uri(),
+        description="Base URL for training checkpoints: file:///... or s3://bucket/prefix.",
+    )
+    recipes_dir: Path = Field(
+        default_factory=lambda: project_root() / "recipes",
+        description="Folder of recipes/<dataset>.toml files.",
+    )
+    settle_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description="Files modified within this many seconds are left for a later scan.",
+    )
+    hash_workers: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        le=256,
+        description="Processes that hash new or changed files.",
+    )
+
+    @field_validator("checkpoint_url")
+    @classmethod
+    def _checkpoint_scheme(cls, value: str) -> str:
+        if not value.startswith(("file://", "s3://")):
+            raise ValueError("must start with file:// or s3://")
+        return value.rstrip("/")
+
+    @field_validator("metadata_db_url")
+    @classmethod
+    def _db_url(cls, value: str) -> str:
+        if value and "://" not in value:
+            raise ValueError("must be a SQLAlchemy URL such as sqlite:///path or postgresql+psycopg://...")
+        return value
+
+    @property
+    def database_url(self) -> str:
+        """The metadata store URL, with the embedded SQLite default filled in."""
+        return self.metadata_db_url or f"sqlite:///{self.data_root / 'metadata.db'}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment; raise SettingsError naming the bad variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(f"{field.upper()}={os.environ.get(field.upper(), '')!r}: {err['msg']}")
+        raise SettingsError("invalid setting: " + "; ".join(problems)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings (cached); tests call ``get_settings.cache_clear()``."""
+    return load_settings()

@@ -1,0 +1,1 @@
+"""laketrain's trainer: ``python -m training`` trains on one dataset version."""
