@@ -1,0 +1,62 @@
+# laketrain — `make run` brings the platform up on embedded defaults; `make test` tests it.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: run stop test test-fast bench lint clean venv lock up down logs
+
+# The venv is rebuilt only when the lock or the project metadata change.
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m pipeline.orchestration.devstack up
+
+stop:
+	$(PY) -m pipeline.orchestration.devstack stop
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -ra -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/scan.py
+	$(PY) bench/build.py
+	$(PY) bench/reader.py
+	$(PY) bench/train.py
+	$(PY) bench/ingest_latency.py
+	$(PY) bench/ui.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check pipeline training dags tests bench
+	$(VENV)/bin/ruff format --check pipeline training dags tests bench
+
+# Recompile the pinned lock of the full development environment.
+lock:
+	$(PY) -m piptools compile -q --no-strip-extras --extra training --extra airflow --extra samples \
+	  --extra tables --extra dev --no-emit-index-url --no-emit-find-links -o requirements.lock pyproject.toml
+
+up:
+	docker compose up -d
+
+down:
+	docker compose down
+
+logs:
+	docker compose logs -f --tail=200
+
+clean:
+	-$(MAKE) stop 2>/dev/null
+	rm -rf var .pytest_cache .ruff_cache bench/_work tests/artifacts
+	find . -name __pycache__ -type d -prune -not -path "./$(VENV)/*" -exec rm -rf {} +
