@@ -200,6 +200,7 @@ def scan(
             if md5:
                 vanished_by_md5.setdefault(md5, []).append(path)
 
+        renamed_sources: set[str] = set()
         inserts: list[dict[str, object]] = []
         updates: list[dict[str, object]] = []
         for cand, res in zip(to_hash, hashed, strict=True):
@@ -224,7 +225,7 @@ def scan(
                     sources = vanished_by_md5.get(res.md5)
                     if sources:
                         old = sources.pop(0)
-                        vanished.remove(old)
+                        renamed_sources.add(old)
                         result.renamed.append(FileChange(cand.path, res.md5, cand.key.size, renamed_from=old))
                     else:
                         result.new.append(FileChange(cand.path, res.md5, cand.key.size))
@@ -257,7 +258,8 @@ def scan(
 
         for path in vanished:
             row = known[path]
-            result.deleted.append(FileChange(path, row.md5))
+            if path not in renamed_sources:  # a rename's old path is gone, but not "deleted" content
+                result.deleted.append(FileChange(path, row.md5))
             updates.append({"row_id": row.id, "deleted_at": now, "last_scan_id": scan_row.id})
 
         _write(session, inserts, updates, dataset, scan_row.id, now)
