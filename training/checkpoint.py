@@ -1,0 +1,446 @@
+"""Checkpoints on object storage: local snapshot, background upload, commit marker, resume.
+
+Layout under ``run_url = <CHECKPOINT_URL>/<RUN_ID>``::
+
+    step-<N>/state.pt      torch.save of the whole state dict the trainer handed to save()
+    step-<N>/COMMIT.json   the commit marker: sha256 and size of every file, written LAST
+    latest                 {"step", "url"} of the newest committed checkpoint (after its marker)
+    best                   {"step", "url", "metric"} of the best committed checkpoint
+    result.json            the run's result (write_result), and any file from upload_file
+
+A checkpoint counts only when its marker exists and every file it lists has that size and
+sha256: a kill or a failed upload at any moment leaves either no marker (ignored) or a whole
+checkpoint. ``load_latest`` walks the step-* folders newest first and skips (with a WARNING
+naming it) any that is incomplete or corrupt, so resume falls back to the previous one.
+
+Saving never stalls on the network: ``save()`` writes a local snapshot (``torch.save`` to
+``local_dir``, fast) and returns; a background thread hashes, uploads, writes the marker,
+moves ``latest``/``best`` and applies retention. At most one upload is in flight: a ``save()``
+that finds the previous upload still running waits for it first (that bounds local disk use to
+two snapshots and keeps the markers in step order). An upload error is raised by the next
+``save()`` or by ``close()``, once.
+
+Retention keeps the newest ``keep_last`` committed checkpoints plus the best one. "Best" means
+the highest ``metric`` passed to save() (higher is better: pass accuracy, or a negated loss), or
+a save with ``is_best=True``. Older checkpoints are deleted only after the new one is committed.
+
+Only rank 0 writes; on other ranks save/upload_file/write_result are no-ops (save still returns
+the URL the checkpoint has on rank 0), while load_latest works on every rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.storage import ObjectStore, join, store_for
+
+log = logging.getLogger("training.checkpoint")
+
+MARKER = "COMMIT.json"
+STATE_FILE = "state.pt"
+MARKER_FORMAT = 1
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+=@-]{0,254}$")
+_HASH_CHUNK = 1 << 20
+
+# Called in the upload thread after a checkpoint is committed / after one is deleted by
+# retention, e.g. to record it in the metadata store (pipeline.runs). A hook that raises is
+# logged, not fatal: the checkpoint itself is safe in storage either way.
+CommitHook = Callable[["CheckpointInfo"], None]
+DeleteHook = Callable[[int, str], None]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (raised by the save() after the failed upload, or close())."""
+
+
+class CheckpointInfo(dict):
+    """What a commit hook receives: step, url, metric, is_best (a plain dict, JSON-safe)."""
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """(size, sha256 hex) of a local file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step}"
+
+
+class CheckpointManager:
+    """Save and restore one run's checkpoints under ``<base_url>/<run_id>``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        run_id: str,
+        *,
+        keep_last: int = 2,
+        rank: int = 0,
+        local_dir: Path | None = None,
+        on_commit: CommitHook | None = None,
+        on_delete: DeleteHook | None = None,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("file://", "s3://")):
+            raise ValueError(f"checkpoint base_url must start with file:// or s3://, got {base_url!r}")
+        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+            raise ValueError(
+                f"run_id {run_id!r} is not valid: use 1-255 letters, digits and ._:+=@- "
+                "(it becomes one path component of the checkpoint URL)"
+            )
+        if not isinstance(keep_last, int) or keep_last < 1:
+            raise ValueError(f"keep_last must be an integer >= 1, got {keep_last!r}")
+        if not isinstance(rank, int) or rank < 0:
+            raise ValueError(f"rank must be an integer >= 0, got {rank!r}")
+        self.base_url = base_url.rstrip("/")
+        self.run_id = run_id
+        self.run_url = join(self.base_url, run_id)
+        self.keep_last = keep_last
+        self.rank = rank
+        self.store: ObjectStore = store_for(self.run_url)
+        self._own_local_dir = local_dir is None
+        self.local_dir = Path(local_dir) if local_dir is not None else Path(tempfile.mkdtemp(prefix="laketrain-ckpt-"))
+        self.on_commit = on_commit
+        self.on_delete = on_delete
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        # The best checkpoint so far: read from the `best` pointer by the first upload, so a
+        # resumed run keeps comparing against the best of its earlier attempts.
+        self._best: dict[str, Any] | None = None
+        self._best_loaded = False
+        self._invalid_steps: set[int] = set()  # found corrupt by load_latest; cleaned after a commit
+        self._closed = False
+        self.loaded_step: int | None = None
+        self.loaded_url: str | None = None
+
+    # ------------------------------------------------------------------------------ urls
+    def step_url(self, step: int) -> str:
+        return join(self.run_url, step_dir_name(step))
+
+    @property
+    def is_writer(self) -> bool:
+        return self.rank == 0
+
+    # ------------------------------------------------------------------------------ save
+    def save(self, step: int, state: dict, *, metric: float | None = None, is_best: bool = False) -> str:
+        """Snapshot ``state`` locally now and upload it in the background; return its URL.
+
+        Raises :class:`CheckpointError` if the PREVIOUS upload failed (the new state is then not
+        saved: the trainer should stop rather than run on without checkpoints).
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"checkpoint step must be an integer >= 0, got {step!r}")
+        if not isinstance(state, dict):
+            raise TypeError(f"checkpoint state must be a dict, got {type(state).__name__}")
+        if metric is not None:
+            metric = float(metric)
+        url = self.step_url(step)
+        if not self.is_writer:
+            return url
+        if self._closed:
+            raise CheckpointError("save() after close()")
+        self.wait()
+        self._raise_pending_error()
+
+        snap_dir = self.local_dir / step_dir_name(step)
+        if snap_dir.exists():
+            shutil.rmtree(snap_dir)
+        snap_dir.mkdir(parents=True)
+        tmp = snap_dir / f".{STATE_FILE}.tmp"
+        # torch.save runs synchronously: once it returns, the trainer may go on mutating the
+        # tensors it handed in without touching the snapshot.
+        torch.save(state, tmp)
+        tmp.replace(snap_dir / STATE_FILE)
+        info = CheckpointInfo(step=step, url=url, metric=metric, is_best=bool(is_best))
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-upload")
+        self._pending = self._executor.submit(self._upload, snap_dir, info)
+        log.info("checkpoint step %d snapshotted locally; uploading to %s", step, url)
+        return url
+
+    def _upload(self, snap_dir: Path, info: CheckpointInfo) -> None:
+        step, url = info["step"], info["url"]
+        try:
+            files = {}
+            for path in sorted(p for p in snap_dir.iterdir() if p.is_file() and not p.name.startswith(".")):
+                size, sha = file_digest(path)
+                files[path.name] = {"size": size, "sha256": sha}
+            # Re-saving a step (a resumed run repeating it) must never leave the old marker
+            # vouching for new, half-uploaded bytes.
+            marker_url = join(url, MARKER)
+            self.store.delete(marker_url)
+            for name in files:
+                self.store.put_file(snap_dir / name, join(url, name))
+            marker = {
+                "format": MARKER_FORMAT,
+                "run_id": self.run_id,
+                "step": step,
+                "metric": info["metric"],
+                "files": files,
+                "created_at": datetime.now(UTC).isoformat(),
+            }
+            self.store.write_bytes(marker_url, _json_bytes(marker))  # the commit point
+            self.store.write_bytes(join(self.run_url, "latest"), _json_bytes({"step": step, "url": url}))
+            info["is_best"] = self._update_best(info)
+            log.info("checkpoint step %d committed at %s", step, url)
+            self._call_hook(self.on_commit, info)
+            self._apply_retention(step)
+        finally:
+            shutil.rmtree(snap_dir, ignore_errors=True)
+
+    def _update_best(self, info: CheckpointInfo) -> bool:
+        if not self._best_loaded:
+            self._best = self._read_json(join(self.run_url, "best"))
+            self._best_loaded = True
+        best = self._best
+        metric = info["metric"]
+        better = info["is_best"] or (
+            metric is not None and (best is None or best.get("metric") is None or metric > best["metric"])
+        )
+        if better:
+            self._best = {"step": info["step"], "url": info["url"], "metric": metric}
+            self.store.write_bytes(join(self.run_url, "best"), _json_bytes(self._best))
+        return bool(better)
+
+    def _apply_retention(self, current: int) -> None:
+        committed = []
+        others = []
+        for step, names in self._step_dirs().items():
+            (committed if MARKER in names else others).append(step)
+        committed.sort(reverse=True)
+        keep = {s for s in committed if s <= current}
+        keep = set(sorted(keep, reverse=True)[: self.keep_last]) | {current}
+        if self._best is not None:
+            keep.add(int(self._best["step"]))
+        for step in committed + others:
+            if step in keep:
+                continue
+            # Newer folders than the one just committed are left alone unless load_latest found
+            # them corrupt: only our own earlier attempts could have written them.
+            if step > current and step not in self._invalid_steps:
+                continue
+            url = self.step_url(step)
+            self.store.delete_prefix(url)
+            self._invalid_steps.discard(step)
+            log.info("checkpoint step %d deleted by retention (keep_last=%d)", step, self.keep_last)
+            if self.on_delete is not None:
+                try:
+                    self.on_delete(step, url)
+                except Exception:
+                    log.exception("checkpoint delete hook failed for step %d", step)
+
+    def _call_hook(self, hook: CommitHook | None, info: CheckpointInfo) -> None:
+        if hook is None:
+            return
+        try:
+            hook(CheckpointInfo(info))
+        except Exception:
+            log.exception("checkpoint commit hook failed for step %d", info["step"])
+
+    # ----------------------------------------------------------------------- errors/wait
+    def wait(self) -> None:
+        """Block until the in-flight upload (if any) has finished; never raises."""
+        pending = self._pending
+        if pending is None:
+            return
+        try:
+            pending.result()
+        except BaseException as exc:  # noqa: BLE001 - kept and re-raised by save()/close()
+            with self._lock:
+                if self._error is None:
+                    self._error = exc
+        finally:
+            if self._pending is pending:
+                self._pending = None
+
+    def _raise_pending_error(self) -> None:
+        with self._lock:
+            exc, self._error = self._error, None
+        if exc is not None:
+            raise CheckpointError(f"checkpoint upload under {self.run_url} failed: {exc}") from exc
+
+    def close(self) -> None:
+        """Wait for the upload in flight, stop the thread, raise its error if any (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.wait()
+            self._raise_pending_error()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+            if self._own_local_dir:
+                shutil.rmtree(self.local_dir, ignore_errors=True)
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Already failing: still finish the upload, but don't mask the original error.
+        try:
+            self.close()
+        except Exception:
+            log.exception("checkpoint upload failed while handling another error")
+
+    # ------------------------------------------------------------------------------ load
+    def _step_dirs(self) -> dict[int, set[str]]:
+        """step → names of the objects in its folder (only step-<N> folders)."""
+        prefix = self.run_url + "/"
+        out: dict[int, set[str]] = {}
+        for url in self.store.list(self.run_url):
+            rel = url[len(prefix) :] if url.startswith(prefix) else ""
+            head, _, rest = rel.partition("/")
+            m = _STEP_DIR.match(head)
+            if m and rest:
+                out.setdefault(int(m.group(1)), set()).add(rest)
+        return out
+
+    def committed_steps(self) -> list[int]:
+        """Steps whose folder has a commit marker, newest first (not verified)."""
+        return sorted((s for s, names in self._step_dirs().items() if MARKER in names), reverse=True)
+
+    def load_latest(self, map_location: Any = "cpu") -> dict | None:
+        """The newest valid checkpoint's state dict (with ``"step"`` set), or None if there is none.
+
+        An incomplete (no marker) or corrupt (size/sha256 mismatch, unreadable) checkpoint is
+        skipped with a WARNING naming it, and the previous one is tried.
+        """
+        for step in sorted(self._step_dirs(), reverse=True):
+            url = self.step_url(step)
+            state = self._load_verified(step, url, map_location)
+            if state is None:
+                self._invalid_steps.add(step)
+                continue
+            state.setdefault("step", step)
+            self.loaded_step, self.loaded_url = step, url
+            log.info("resuming from checkpoint step %d at %s", step, url)
+            return state
+        return None
+
+    def _load_verified(self, step: int, url: str, map_location: Any) -> dict | None:
+        marker_url = join(url, MARKER)
+        try:
+            raw = self.store.read_bytes(marker_url)
+        except FileNotFoundError:
+            log.warning("checkpoint %s has no commit marker (incomplete upload); skipping it", url)
+            return None
+        try:
+            marker = json.loads(raw)
+            files = marker["files"]
+            if marker.get("format") != MARKER_FORMAT or not isinstance(files, dict) or STATE_FILE not in files:
+                raise ValueError(f"unknown marker format or no {STATE_FILE}")
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("checkpoint %s has an unreadable commit marker (%s); skipping it", url, exc)
+            return None
+        tmp_dir = Path(tempfile.mkdtemp(prefix="restore-", dir=self._restore_parent()))
+        try:
+            for name, expect in files.items():
+                if "/" in name or name.startswith("."):
+                    log.warning("checkpoint %s lists a bad file name %r; skipping it", url, name)
+                    return None
+                local = tmp_dir / name
+                try:
+                    self.store.get_file(join(url, name), local)
+                except FileNotFoundError:
+                    log.warning("checkpoint %s is missing %s; skipping it", url, name)
+                    return None
+                size, sha = file_digest(local)
+                if size != expect.get("size") or sha != expect.get("sha256"):
+                    log.warning(
+                        "checkpoint %s is corrupt: %s has size %d sha256 %s, the marker says size %s "
+                        "sha256 %s; skipping it",
+                        url, name, size, sha[:12], expect.get("size"), str(expect.get("sha256"))[:12],
+                    )
+                    return None
+            try:
+                state = torch.load(tmp_dir / STATE_FILE, map_location=map_location, weights_only=True)
+            except Exception as exc:
+                log.warning("checkpoint %s could not be loaded (%s); skipping it", url, exc)
+                return None
+            if not isinstance(state, dict):
+                log.warning("checkpoint %s does not hold a dict; skipping it", url)
+                return None
+            return state
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+
+    def _restore_parent(self) -> Path:
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        return self.local_dir
+
+    # ----------------------------------------------------------------- pointers, extras
+    def _read_json(self, url: str) -> dict | None:
+        try:
+            return json.loads(self.store.read_bytes(url))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            log.warning("%s is not valid JSON; ignoring it", url)
+            return None
+
+    def latest_pointer(self) -> dict | None:
+        """The ``latest`` pointer ({"step", "url"}), or None. load_latest does not trust it alone."""
+        return self._read_json(join(self.run_url, "latest"))
+
+    def best_pointer(self) -> dict | None:
+        """The ``best`` pointer ({"step", "url", "metric"}), or None."""
+        return self._read_json(join(self.run_url, "best"))
+
+    def upload_file(self, name: str, local_path: Path) -> str | None:
+        """Upload a file beside the checkpoints as ``<run_url>/<name>`` (synchronously).
+
+        Returns the URL (None on ranks other than 0)."""
+        _check_name(name)
+        if not self.is_writer:
+            return None
+        url = join(self.run_url, name)
+        self.store.put_file(Path(local_path), url)
+        return url
+
+    def write_result(self, result: dict) -> str | None:
+        """Write ``<run_url>/result.json`` atomically (rank 0 only)."""
+        if not self.is_writer:
+            return None
+        url = join(self.run_url, "result.json")
+        self.store.write_bytes(url, _json_bytes(result))
+        return url
+
+    def read_result(self) -> dict | None:
+        return self._read_json(join(self.run_url, "result.json"))
+
+
+def _check_name(name: str) -> None:
+    if not name or name.startswith((".", "/")) or ".." in name.split("/") or _STEP_DIR.match(name.split("/")[0]):
+        raise ValueError(f"upload name {name!r} is not allowed (relative, no '..', not a step-<N> folder)")
+    if name in ("latest", "best", "result.json"):
+        raise ValueError(f"upload name {name!r} is reserved")
+
+
+def _json_bytes(obj: dict) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
