@@ -1,0 +1,221 @@
+"""The lake watcher: a ``BaseEventTrigger`` that polls the lake with stat only.
+
+It lives in an importable package (not in ``dags/``) because the triggerer imports triggers by
+class path and never sees the dags folder.
+
+Every ``poll_seconds`` it walks the lake (``walk_lake``: ``os.scandir`` + stat, nothing is
+opened or hashed) and reduces each dataset folder to a fingerprint: a hash of the sorted
+(path, size, mtime_ns, ctime_ns, inode) of its settled files. A dataset whose fingerprint moved
+since the last event is *changed*. One scan that saw settled changes yields ONE event whose
+payload lists the changed datasets; the fingerprints are then saved in the asset state store,
+so a triggerer restart neither misses files dropped while it was down (their fingerprint differs
+from the saved one) nor re-fires old ones (it equals it).
+
+The event is only a doorbell: ``lake_ingest`` works from the hash ledger, so a collapsed,
+duplicated or lost event never loses or double-processes a file (the hourly reconcile run
+catches a lost one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+STATE_KEY = "fingerprints"
+STATE_FORMAT = 1
+
+
+class LakeUnlistable(OSError):
+    """The lake root itself could not be listed (unmounted volume...): not a deletion."""
+
+
+def lake_fingerprints(
+    lake: str | Path, settle_seconds: float
+) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
+    """Stat-only fingerprints of every dataset of ``lake``.
+
+    Returns ``({dataset: {"fp": hex, "files": n}}, datasets_with_settling_files,
+    datasets_partly_unlistable)``. Blocking: call it through ``asyncio.to_thread``.
+    """
+    from pipeline.lake.walk import Candidate, Refused, Settling, Unlistable, walk_lake
+
+    if not Path(lake).is_dir():
+        raise LakeUnlistable(f"lake folder does not exist: {lake}")
+    digests: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    settling: set[str] = set()
+    unlistable: set[str] = set()
+    entries = []
+    for entry in walk_lake(Path(lake), settle_seconds=settle_seconds):
+        if isinstance(entry, Candidate):
+            k = entry.key
+            entries.append((entry.path, f"{entry.path}\0{k.size}\0{k.mtime_ns}\0{k.ctime_ns}\0{k.inode}"))
+        elif isinstance(entry, Settling):
+            settling.add(entry.path.split("/", 1)[0])
+        elif isinstance(entry, Refused) and "/" in entry.path:
+            # A refused file (a symlink out of the lake...) still counts as a change: ingest
+            # records the refusal in the ledger, where people look for it.
+            entries.append((entry.path, f"{entry.path}\0refused"))
+        elif isinstance(entry, Unlistable):
+            if entry.path == "":
+                raise LakeUnlistable(entry.reason)
+            unlistable.add(entry.path.split("/", 1)[0])
+    entries.sort()
+    for path, line in entries:
+        dataset = path.split("/", 1)[0]
+        h = digests.get(dataset)
+        if h is None:
+            h = digests[dataset] = hashlib.blake2b(digest_size=16)
+        h.update(line.encode("utf-8", "surrogateescape"))
+        h.update(b"\n")
+        counts[dataset] = counts.get(dataset, 0) + 1
+    fingerprints = {d: {"fp": h.hexdigest(), "files": counts[d]} for d, h in digests.items()}
+    return fingerprints, settling, unlistable
+
+
+def diff_fingerprints(
+    previous: dict[str, dict[str, Any]], current: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The datasets whose fingerprint moved (including ones that appeared or vanished)."""
+    changes = []
+    for name in sorted(set(previous) | set(current)):
+        before, after = previous.get(name), current.get(name)
+        if (before or {}).get("fp") == (after or {}).get("fp"):
+            continue
+        changes.append(
+            {
+                "dataset": name,
+                "files": (after or {}).get("files", 0),
+                "previous_files": (before or {}).get("files", 0),
+            }
+        )
+    return changes
+
+
+class LakeTrigger(BaseEventTrigger):
+    """Fire when a lake dataset's settled files changed.
+
+    :param lake: the lake root (a local folder).
+    :param poll_seconds: seconds between two stat walks.
+    :param settle_seconds: files modified more recently are not ready (same rule as the scan).
+    :param max_defer_seconds: a dataset still receiving files (some are settling) is held back
+        so that a burst of copies becomes one event, but never longer than this.
+    """
+
+    def __init__(
+        self,
+        lake: str,
+        poll_seconds: float = 2.0,
+        settle_seconds: float = 2.0,
+        max_defer_seconds: float = 30.0,
+    ) -> None:
+        super().__init__()
+        if poll_seconds <= 0:
+            raise ValueError(f"poll_seconds must be > 0, got {poll_seconds!r}")
+        if settle_seconds < 0:
+            raise ValueError(f"settle_seconds must be >= 0, got {settle_seconds!r}")
+        self.lake = str(lake)
+        self.poll_seconds = float(poll_seconds)
+        self.settle_seconds = float(settle_seconds)
+        self.max_defer_seconds = float(max_defer_seconds)
+        self._memory_state: dict[str, Any] = {}  # used only when no asset state store is injected
+        self._deferred_since: dict[str, float] = {}
+        self._pending_state: dict[str, Any] = {}
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "lake": self.lake,
+                "poll_seconds": self.poll_seconds,
+                "settle_seconds": self.settle_seconds,
+                "max_defer_seconds": self.max_defer_seconds,
+            },
+        )
+
+    async def _load_state(self) -> dict[str, dict[str, Any]]:
+        if self.asset_state_store is None:
+            state = self._memory_state.get(STATE_KEY)
+        else:
+            state = await self.asset_state_store.aget(STATE_KEY, None)
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or state.get("lake") != self.lake:
+            # No state (first start) or another lake: every dataset counts as changed, which
+            # is a harmless extra ingest (the ledger knows what is really new).
+            return {}
+        return dict(state.get("datasets") or {})
+
+    async def _save_state(self, datasets: dict[str, dict[str, Any]]) -> None:
+        state = {"format": STATE_FORMAT, "lake": self.lake, "datasets": datasets}
+        if self.asset_state_store is None:
+            self._memory_state[STATE_KEY] = state
+        else:
+            await self.asset_state_store.aset(STATE_KEY, state)
+
+    async def poll_once(self) -> TriggerEvent | None:
+        """One stat walk: an event when settled changes are ready, else None. State is saved
+        by the caller after the event was handed over (see run)."""
+        started = time.perf_counter()
+        current, settling, unlistable = await asyncio.to_thread(
+            lake_fingerprints, self.lake, self.settle_seconds
+        )
+        saved = await self._load_state()
+        for name in unlistable:
+            # A folder we could not list is unknown, not emptied: keep its last fingerprint.
+            if name in saved:
+                current[name] = saved[name]
+            else:
+                current.pop(name, None)
+        changes = diff_fingerprints(saved, current)
+        now = time.monotonic()
+        ready = []
+        for change in changes:
+            name = change["dataset"]
+            if name in settling:
+                first = self._deferred_since.setdefault(name, now)
+                if now - first < self.max_defer_seconds:
+                    continue  # more files are on their way: wait for the burst to land
+            self._deferred_since.pop(name, None)
+            ready.append(change)
+        if not ready:
+            return None
+        # Only the fired datasets take their new fingerprint; held-back ones keep the old one
+        # so they fire once their copies settle.
+        new_state = dict(saved)
+        for change in ready:
+            name = change["dataset"]
+            if name in current:
+                new_state[name] = current[name]
+            else:
+                new_state.pop(name, None)
+        self._pending_state = new_state
+        return TriggerEvent(
+            {
+                "lake": self.lake,
+                "datasets": [c["dataset"] for c in ready],
+                "changes": ready,
+                "walk_seconds": round(time.perf_counter() - started, 4),
+            }
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        self.log.info("watching lake %s every %.1fs (settle %.1fs)", self.lake, self.poll_seconds, self.settle_seconds)
+        while True:
+            try:
+                event = await self.poll_once()
+            except LakeUnlistable as exc:
+                # No lake yet, or an unmounted volume: nothing to compare until it is back.
+                self.log.warning("lake not listable, waiting: %s", exc)
+                event = None
+            if event is not None:
+                self.log.info("lake changed: %s", ", ".join(event.payload["datasets"]))
+                yield event
+                # Saved only after the event was handed to the triggerer: a crash in between
+                # re-fires (harmless, ingest is idempotent) instead of missing a change.
+                await self._save_state(self._pending_state)
+            await asyncio.sleep(self.poll_seconds)
