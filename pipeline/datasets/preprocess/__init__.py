@@ -1,0 +1,21 @@
+"""Preprocessors: one lake file → samples (see ``base.py`` for the contract)."""
+
+from pipeline.datasets.preprocess.base import (
+    Decoded,
+    DecodeResult,
+    InvalidInput,
+    Preprocessor,
+    preprocessor_for,
+    sample_dtype,
+    sample_shape,
+)
+
+__all__ = [
+    "Decoded",
+    "DecodeResult",
+    "InvalidInput",
+    "Preprocessor",
+    "preprocessor_for",
+    "sample_dtype",
+    "sample_shape",
+]

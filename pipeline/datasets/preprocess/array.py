@@ -1,0 +1,56 @@
+"""Array preprocessor: one ``.npy`` file → one sample of the recipe's exact shape and dtype.
+
+Always ``allow_pickle=False``: a pickled object array (or a pickle renamed ``.npy``) can run
+code when loaded, so it is refused with a clear reason instead. Shapes and dtypes must match
+the recipe exactly; only the byte order is normalised (a big-endian float32 is a float32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.datasets.preprocess.base import Decoded, DecodeResult, InvalidInput
+from pipeline.datasets.recipes import Recipe
+
+CODE_VERSION = "array-1"
+
+PICKLE_REASON = "pickled .npy refused (allow_pickle=False)"
+
+
+class ArrayPreprocessor:
+    name = "array"
+    code_version = CODE_VERSION
+
+    def decode(self, abspath: str, recipe: Recipe) -> DecodeResult:
+        assert recipe.array is not None
+        return DecodeResult(
+            [Decoded(load_array(abspath, tuple(recipe.array.shape), np.dtype(recipe.array.dtype)))]
+        )
+
+
+def load_array(abspath: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    try:
+        loaded = np.load(abspath, allow_pickle=False, mmap_mode=None)
+    except ValueError as exc:
+        text = str(exc)
+        if "pickle" in text.lower():
+            # Both an object-dtype .npy and a plain pickle file land here.
+            raise InvalidInput(PICKLE_REASON) from None
+        raise InvalidInput(f"not a readable .npy file: {text}") from None
+    except EOFError:
+        raise InvalidInput("empty or truncated .npy file") from None
+    except OSError as exc:
+        raise InvalidInput(f"unreadable .npy file: {exc}") from None
+    if not isinstance(loaded, np.ndarray):
+        loaded.close()  # an NpzFile holds the file open
+        raise InvalidInput("not a .npy file (an .npz archive)")
+    if loaded.dtype.hasobject:
+        raise InvalidInput(PICKLE_REASON)
+    if loaded.shape != shape:
+        raise InvalidInput(f"shape {loaded.shape} != recipe shape {shape}")
+    native = (
+        loaded.dtype.newbyteorder("=") if loaded.dtype.byteorder not in ("=", "|") else loaded.dtype
+    )
+    if native != dtype:
+        raise InvalidInput(f"dtype {loaded.dtype.name} != recipe dtype {dtype.name}")
+    return np.ascontiguousarray(loaded, dtype=dtype)

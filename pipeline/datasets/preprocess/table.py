@@ -1,0 +1,121 @@
+"""Table preprocessor: each row of a CSV (or Parquet) file → one float32 (F,) sample + label.
+
+Whole-file problems (not UTF-8, no header, a missing column) raise InvalidInput. Row problems
+(a missing label, an empty or non-numeric or non-finite feature, a wrong field count) put that
+row in ``invalid_rows`` with its line number and reason, and the other rows are kept.
+CSV line numbers count the header as line 1; Parquet has no lines, so its rows are numbered
+from 1. Blank CSV lines are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from pipeline.datasets.preprocess.base import Decoded, DecodeResult, InvalidInput
+from pipeline.datasets.recipes import Recipe, TableSpec
+
+CODE_VERSION = "table-1"
+
+
+class TablePreprocessor:
+    name = "table"
+    code_version = CODE_VERSION
+
+    def decode(self, abspath: str, recipe: Recipe) -> DecodeResult:
+        assert recipe.table is not None
+        if abspath.lower().endswith(".parquet"):
+            header, rows = _parquet_rows(abspath)
+        else:
+            header, rows = _csv_rows(abspath)
+        return rows_to_samples(header, rows, recipe.table)
+
+
+def _csv_rows(abspath: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        with open(abspath, encoding="utf-8-sig", newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                raise InvalidInput("empty CSV file (no header row)")
+            for row in reader:
+                if not row or all(not c.strip() for c in row):
+                    continue
+                rows.append((reader.line_num, row))
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except csv.Error as exc:
+        raise InvalidInput(f"not a readable CSV file: {exc}") from None
+    except OSError as exc:
+        raise InvalidInput(f"unreadable file: {exc.strerror or exc}") from None
+    return [c.strip() for c in header], rows
+
+
+def _parquet_rows(abspath: str) -> tuple[list[str], list[tuple[int, list[object]]]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InvalidInput("Parquet needs pyarrow, which is not installed") from None
+    try:
+        table = pq.read_table(abspath)
+    except Exception as exc:  # pyarrow raises its own ArrowInvalid/OSError family
+        raise InvalidInput(f"not a readable Parquet file: {exc}") from None
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    rows = [(i + 1, [col[i] for col in columns]) for i in range(table.num_rows)]
+    return list(table.column_names), rows
+
+
+def rows_to_samples(
+    header: Sequence[str], rows: Iterable[tuple[int, Sequence[object]]], spec: TableSpec
+) -> DecodeResult:
+    label_col = spec.label_column
+    features = (
+        spec.feature_columns
+        if spec.feature_columns is not None
+        else [c for c in header if c != label_col]
+    )
+    missing = [c for c in [label_col, *features] if c not in header]
+    if missing:
+        raise InvalidInput(
+            f"missing column(s) {', '.join(map(repr, missing))} (header: {', '.join(header)})"
+        )
+    if not features:
+        raise InvalidInput("no feature columns besides the label column")
+    index = {name: i for i, name in enumerate(header)}
+    label_i, feat_i = index[label_col], [index[c] for c in features]
+    samples: list[Decoded] = []
+    invalid: list[tuple[int, str]] = []
+    for line, row in rows:
+        if len(row) != len(header):
+            invalid.append((line, f"line {line}: {len(row)} fields, header has {len(header)}"))
+            continue
+        label = row[label_i]
+        label = "" if label is None else str(label).strip()
+        if not label:
+            invalid.append((line, f"line {line}: missing label in column {label_col!r}"))
+            continue
+        x = np.empty(len(feat_i), dtype=np.float32)
+        problem = None
+        for k, (name, i) in enumerate(zip(features, feat_i, strict=True)):
+            value = row[i]
+            if value is None or (isinstance(value, str) and not value.strip()):
+                problem = f"line {line}: column {name!r} is empty"
+                break
+            try:
+                number = float(value.strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                problem = f"line {line}: column {name!r} is not a number: {value!r}"
+                break
+            if not math.isfinite(number):
+                problem = f"line {line}: column {name!r} is not a finite number: {value!r}"
+                break
+            x[k] = number
+        if problem:
+            invalid.append((line, problem))
+            continue
+        samples.append(Decoded(x, label=label, row=line))
+    return DecodeResult(samples, invalid)
