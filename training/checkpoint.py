@@ -101,7 +101,9 @@ class CheckpointManager:
         on_delete: DeleteHook | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("file://", "s3://")):
-            raise ValueError(f"checkpoint base_url must start with file:// or s3://, got {base_url!r}")
+            raise ValueError(
+                f"checkpoint base_url must start with file:// or s3://, got {base_url!r}"
+            )
         if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
             raise ValueError(
                 f"run_id {run_id!r} is not valid: use 1-255 letters, digits and ._:+=@- "
@@ -118,7 +120,11 @@ class CheckpointManager:
         self.rank = rank
         self.store: ObjectStore = store_for(self.run_url)
         self._own_local_dir = local_dir is None
-        self.local_dir = Path(local_dir) if local_dir is not None else Path(tempfile.mkdtemp(prefix="laketrain-ckpt-"))
+        self.local_dir = (
+            Path(local_dir)
+            if local_dir is not None
+            else Path(tempfile.mkdtemp(prefix="laketrain-ckpt-"))
+        )
         self.on_commit = on_commit
         self.on_delete = on_delete
         self._executor: ThreadPoolExecutor | None = None
@@ -129,7 +135,9 @@ class CheckpointManager:
         # resumed run keeps comparing against the best of its earlier attempts.
         self._best: dict[str, Any] | None = None
         self._best_loaded = False
-        self._invalid_steps: set[int] = set()  # found corrupt by load_latest; cleaned after a commit
+        self._invalid_steps: set[int] = (
+            set()
+        )  # found corrupt by load_latest; cleaned after a commit
         self._closed = False
         self.loaded_step: int | None = None
         self.loaded_url: str | None = None
@@ -143,7 +151,9 @@ class CheckpointManager:
         return self.rank == 0
 
     # ------------------------------------------------------------------------------ save
-    def save(self, step: int, state: dict, *, metric: float | None = None, is_best: bool = False) -> str:
+    def save(
+        self, step: int, state: dict, *, metric: float | None = None, is_best: bool = False
+    ) -> str:
         """Snapshot ``state`` locally now and upload it in the background; return its URL.
 
         Raises :class:`CheckpointError` if the PREVIOUS upload failed (the new state is then not
@@ -183,7 +193,9 @@ class CheckpointManager:
         step, url = info["step"], info["url"]
         try:
             files = {}
-            for path in sorted(p for p in snap_dir.iterdir() if p.is_file() and not p.name.startswith(".")):
+            for path in sorted(
+                p for p in snap_dir.iterdir() if p.is_file() and not p.name.startswith(".")
+            ):
                 size, sha = file_digest(path)
                 files[path.name] = {"size": size, "sha256": sha}
             # Re-saving a step (a resumed run repeating it) must never leave the old marker
@@ -201,7 +213,9 @@ class CheckpointManager:
                 "created_at": datetime.now(UTC).isoformat(),
             }
             self.store.write_bytes(marker_url, _json_bytes(marker))  # the commit point
-            self.store.write_bytes(join(self.run_url, "latest"), _json_bytes({"step": step, "url": url}))
+            self.store.write_bytes(
+                join(self.run_url, "latest"), _json_bytes({"step": step, "url": url})
+            )
             info["is_best"] = self._update_best(info)
             log.info("checkpoint step %d committed at %s", step, url)
             self._call_hook(self.on_commit, info)
@@ -216,7 +230,8 @@ class CheckpointManager:
         best = self._best
         metric = info["metric"]
         better = info["is_best"] or (
-            metric is not None and (best is None or best.get("metric") is None or metric > best["metric"])
+            metric is not None
+            and (best is None or best.get("metric") is None or metric > best["metric"])
         )
         if better:
             self._best = {"step": info["step"], "url": info["url"], "metric": metric}
@@ -323,7 +338,9 @@ class CheckpointManager:
 
     def committed_steps(self) -> list[int]:
         """Steps whose folder has a commit marker, newest first (not verified)."""
-        return sorted((s for s, names in self._step_dirs().items() if MARKER in names), reverse=True)
+        return sorted(
+            (s for s, names in self._step_dirs().items() if MARKER in names), reverse=True
+        )
 
     def load_latest(self, map_location: Any = "cpu") -> dict | None:
         """The newest valid checkpoint's state dict (with ``"step"`` set), or None if there is none.
@@ -353,7 +370,11 @@ class CheckpointManager:
         try:
             marker = json.loads(raw)
             files = marker["files"]
-            if marker.get("format") != MARKER_FORMAT or not isinstance(files, dict) or STATE_FILE not in files:
+            if (
+                marker.get("format") != MARKER_FORMAT
+                or not isinstance(files, dict)
+                or STATE_FILE not in files
+            ):
                 raise ValueError(f"unknown marker format or no {STATE_FILE}")
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("checkpoint %s has an unreadable commit marker (%s); skipping it", url, exc)
@@ -375,11 +396,18 @@ class CheckpointManager:
                     log.warning(
                         "checkpoint %s is corrupt: %s has size %d sha256 %s, the marker says size %s "
                         "sha256 %s; skipping it",
-                        url, name, size, sha[:12], expect.get("size"), str(expect.get("sha256"))[:12],
+                        url,
+                        name,
+                        size,
+                        sha[:12],
+                        expect.get("size"),
+                        str(expect.get("sha256"))[:12],
                     )
                     return None
             try:
-                state = torch.load(tmp_dir / STATE_FILE, map_location=map_location, weights_only=True)
+                state = torch.load(
+                    tmp_dir / STATE_FILE, map_location=map_location, weights_only=True
+                )
             except Exception as exc:
                 log.warning("checkpoint %s could not be loaded (%s); skipping it", url, exc)
                 return None
@@ -436,8 +464,15 @@ class CheckpointManager:
 
 
 def _check_name(name: str) -> None:
-    if not name or name.startswith((".", "/")) or ".." in name.split("/") or _STEP_DIR.match(name.split("/")[0]):
-        raise ValueError(f"upload name {name!r} is not allowed (relative, no '..', not a step-<N> folder)")
+    if (
+        not name
+        or name.startswith((".", "/"))
+        or ".." in name.split("/")
+        or _STEP_DIR.match(name.split("/")[0])
+    ):
+        raise ValueError(
+            f"upload name {name!r} is not allowed (relative, no '..', not a step-<N> folder)"
+        )
     if name in ("latest", "best", "result.json"):
         raise ValueError(f"upload name {name!r} is reserved")
 

@@ -248,7 +248,9 @@ class S3Store:
         prefix = key.rstrip("/") + "/" if key.strip("/") else ""
         out = []
         try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix
+            )
             for page in pages:
                 out.extend(f"s3://{bucket}/{obj['Key']}" for obj in page.get("Contents", []))
         except Exception as exc:
@@ -295,12 +297,16 @@ class S3Store:
         for start in range(0, len(urls), 1000):  # DeleteObjects takes at most 1000 keys
             keys = [{"Key": split_s3_url(u)[1]} for u in urls[start : start + 1000]]
             try:
-                resp = self.client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+                resp = self.client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": keys, "Quiet": True}
+                )
             except Exception as exc:
                 raise self._error("delete of", prefix_url, exc) from exc
             if resp.get("Errors"):
                 first = resp["Errors"][0]
-                raise StorageError(f"S3 delete below {prefix_url} failed for {first.get('Key')}: {first.get('Code')}")
+                raise StorageError(
+                    f"S3 delete below {prefix_url} failed for {first.get('Key')}: {first.get('Code')}"
+                )
         return len(urls)
 
 

@@ -1,1 +1,78 @@
-"""Training models: runs and their checkpoints. Owned by the trainer work; migration 0003."""
+"""Training models: runs and their checkpoints. Owned by the trainer work; created by 0003.
+
+``training_runs.version_id`` is a plain indexed string, deliberately without a foreign key to
+``dataset_versions``: the trainer can run on a version folder that this store never recorded
+(``open_version`` works without a store), and recording such a run must not fail.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from pipeline.metadata.base import Base, UTCDateTime, utcnow
+
+RUN_QUEUED = "queued"
+RUN_RUNNING = "running"
+RUN_SUCCEEDED = "succeeded"
+RUN_FAILED = "failed"
+RUN_PREEMPTED = "preempted"
+RUN_STATUSES = (RUN_QUEUED, RUN_RUNNING, RUN_SUCCEEDED, RUN_FAILED, RUN_PREEMPTED)
+RUN_FINAL_STATUSES = (RUN_SUCCEEDED, RUN_FAILED, RUN_PREEMPTED)
+
+
+class TrainingRun(Base):
+    """One training run; a retry (same run_id) updates this row and bumps ``attempts``."""
+
+    __tablename__ = "training_runs"
+
+    run_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    dataset: Mapped[str] = mapped_column(String(255), index=True)
+    version_id: Mapped[str] = mapped_column(String(64), index=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    status: Mapped[str] = mapped_column(String(16), default=RUN_RUNNING, index=True)
+    best_metric: Mapped[float | None] = mapped_column(Float)
+    metric_name: Mapped[str | None] = mapped_column(String(64))
+    checkpoint_url: Mapped[str | None] = mapped_column(String(4096))
+    dag_id: Mapped[str | None] = mapped_column(String(255))
+    dag_run_id: Mapped[str | None] = mapped_column(String(255))
+    launcher: Mapped[str | None] = mapped_column(String(32))
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(
+        UTCDateTime, default=utcnow, doc="first attempt's start"
+    )
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Checkpoint(Base):
+    """One committed checkpoint of a run; ``deleted_at`` is set when retention removed it."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_checkpoints_run_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(
+        ForeignKey("training_runs.run_id", ondelete="CASCADE"), index=True
+    )
+    step: Mapped[int] = mapped_column(BigInteger)
+    epoch: Mapped[int | None] = mapped_column(Integer)
+    url: Mapped[str] = mapped_column(String(4096))
+    metric: Mapped[float | None] = mapped_column(Float)
+    is_best: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

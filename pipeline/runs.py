@@ -1,0 +1,294 @@
+"""Recording training runs and their checkpoints in the metadata store.
+
+Called by the trainer (when METADATA_DB_URL is set) and by the train DAG / launchers; read by
+the CLI and the UI ("which runs used this version, where are their checkpoints").
+
+Everything is idempotent by ``run_id``: RUN_ID stays the same across retries of one run, so a
+retry's ``record_run_started`` updates the same row (and counts the attempt) and a re-recorded
+checkpoint step updates its row. No torch and no Airflow here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from pipeline.metadata.base import utcnow
+from pipeline.metadata.runs import (
+    RUN_FINAL_STATUSES,
+    RUN_RUNNING,
+    RUN_STATUSES,
+    Checkpoint,
+    TrainingRun,
+)
+
+__all__ = [
+    "RUN_STATUSES",
+    "RunNotFoundError",
+    "get_run",
+    "list_runs",
+    "record_checkpoint",
+    "record_checkpoint_deleted",
+    "record_run_finished",
+    "record_run_started",
+    "runs_for_version",
+]
+
+
+class RunNotFoundError(LookupError):
+    """A checkpoint or a result was recorded for a run_id that has no row yet."""
+
+
+def _store(store: Any) -> Any:
+    if store is not None:
+        return store
+    from pipeline.metadata.store import open_store
+
+    return open_store()
+
+
+def _check_run_id(run_id: str) -> None:
+    if not isinstance(run_id, str) or not run_id or len(run_id) > 255:
+        raise ValueError(
+            f"run_id must be a non-empty string of at most 255 characters, got {run_id!r}"
+        )
+
+
+def _check_metric(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    # NaN/inf cannot be stored portably (PostgreSQL accepts them, JSON and SQLite readers choke).
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
+def record_run_started(
+    run_id: str,
+    dataset: str,
+    version_id: str,
+    params: dict,
+    *,
+    dag_id: str | None = None,
+    dag_run_id: str | None = None,
+    launcher: str | None = None,
+    status: str = RUN_RUNNING,
+    store: Any = None,
+) -> dict:
+    """Create the run's row, or — on a retry of the same run_id — mark it running again and
+    count the attempt. ``status`` may be ``queued`` for a launcher that records before the
+    trainer starts. Call it once per attempt, from one place. Returns the row as a dict."""
+    _check_run_id(run_id)
+    if not dataset:
+        raise ValueError("dataset must be a non-empty string")
+    if not version_id:
+        raise ValueError("version_id must be a non-empty string")
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict, got {type(params).__name__}")
+    if status not in RUN_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+    s = _store(store)
+    for attempt in range(2):
+        try:
+            with s.session() as session:
+                run = session.execute(
+                    select(TrainingRun).where(TrainingRun.run_id == run_id).with_for_update()
+                ).scalar_one_or_none()
+                now = utcnow()
+                if run is None:
+                    run = TrainingRun(
+                        run_id=run_id,
+                        dataset=dataset,
+                        version_id=version_id,
+                        params=dict(params),
+                        status=status,
+                        dag_id=dag_id,
+                        dag_run_id=dag_run_id,
+                        launcher=launcher,
+                        attempts=1,
+                        started_at=now,
+                        updated_at=now,
+                    )
+                    session.add(run)
+                else:
+                    run.attempts = (run.attempts or 0) + 1
+                    run.dataset, run.version_id, run.params = dataset, version_id, dict(params)
+                    run.status, run.error, run.finished_at, run.updated_at = status, None, None, now
+                    run.dag_id = dag_id or run.dag_id
+                    run.dag_run_id = dag_run_id or run.dag_run_id
+                    run.launcher = launcher or run.launcher
+                session.flush()
+                return _run_dict(run)
+        except IntegrityError:
+            # Two first attempts raced to insert the same run_id: the loser updates instead.
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def record_run_finished(
+    run_id: str,
+    status: str,
+    best_metric: float | None = None,
+    metric_name: str | None = None,
+    checkpoint_url: str | None = None,
+    error: str | None = None,
+    store: Any = None,
+) -> dict:
+    """Set the run's final ``status`` (succeeded / failed / preempted) and its results.
+    Fields passed as None keep what the row already has."""
+    _check_run_id(run_id)
+    if status not in RUN_FINAL_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(RUN_FINAL_STATUSES)}, got {status!r}")
+    best_metric = _check_metric("best_metric", best_metric)
+    with _store(store).session() as session:
+        run = session.get(TrainingRun, run_id, with_for_update=True)
+        if run is None:
+            raise RunNotFoundError(f"run {run_id!r} is not recorded; call record_run_started first")
+        now = utcnow()
+        run.status, run.finished_at, run.updated_at = status, now, now
+        if best_metric is not None:
+            run.best_metric = best_metric
+        if metric_name is not None:
+            run.metric_name = metric_name
+        if checkpoint_url is not None:
+            run.checkpoint_url = checkpoint_url
+        run.error = error[:10_000] if error else None
+        session.flush()
+        return _run_dict(run)
+
+
+def record_checkpoint(
+    run_id: str,
+    step: int,
+    epoch: int | None,
+    url: str,
+    metric: float | None = None,
+    is_best: bool = False,
+    store: Any = None,
+) -> dict:
+    """Record a committed checkpoint (upsert on (run_id, step)). ``is_best`` moves the run's
+    best flag to this checkpoint and copies its metric and URL onto the run."""
+    _check_run_id(run_id)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    if not url or "://" not in url:
+        raise ValueError(f"url must be a checkpoint URL (file:// or s3://), got {url!r}")
+    metric = _check_metric("metric", metric)
+    with _store(store).session() as session:
+        run = session.get(TrainingRun, run_id, with_for_update=True)
+        if run is None:
+            raise RunNotFoundError(f"run {run_id!r} is not recorded; call record_run_started first")
+        ckpt = session.execute(
+            select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step)
+        ).scalar_one_or_none()
+        if ckpt is None:
+            ckpt = Checkpoint(run_id=run_id, step=step)
+            session.add(ckpt)
+        ckpt.epoch, ckpt.url, ckpt.metric = epoch, url, metric
+        ckpt.is_best, ckpt.created_at, ckpt.deleted_at = bool(is_best), utcnow(), None
+        if is_best:
+            session.execute(
+                update(Checkpoint)
+                .where(Checkpoint.run_id == run_id, Checkpoint.step != step)
+                .values(is_best=False)
+            )
+            if metric is not None:
+                run.best_metric = metric
+            run.checkpoint_url = url
+        run.updated_at = utcnow()
+        session.flush()
+        return _checkpoint_dict(ckpt)
+
+
+def record_checkpoint_deleted(run_id: str, step: int, store: Any = None) -> bool:
+    """Mark a checkpoint as removed by retention (the row stays for lineage). False if unknown."""
+    with _store(store).session() as session:
+        ckpt = session.execute(
+            select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step)
+        ).scalar_one_or_none()
+        if ckpt is None:
+            return False
+        ckpt.deleted_at = utcnow()
+        return True
+
+
+def get_run(run_id: str, store: Any = None) -> dict | None:
+    """The run as a dict, with ``checkpoints`` (oldest first), or None."""
+    with _store(store).session() as session:
+        run = session.get(TrainingRun, run_id)
+        if run is None:
+            return None
+        out = _run_dict(run)
+        out["checkpoints"] = [
+            _checkpoint_dict(c)
+            for c in session.execute(
+                select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step)
+            ).scalars()
+        ]
+        return out
+
+
+def runs_for_version(version_id: str, store: Any = None) -> list[dict]:
+    """Every run that trained on ``version_id``, newest first."""
+    with _store(store).session() as session:
+        rows = session.execute(
+            select(TrainingRun)
+            .where(TrainingRun.version_id == version_id)
+            .order_by(TrainingRun.started_at.desc(), TrainingRun.run_id)
+        ).scalars()
+        return [_run_dict(r) for r in rows]
+
+
+def list_runs(
+    dataset: str | None = None, store: Any = None, *, limit: int = 100, offset: int = 0
+) -> list[dict]:
+    """Runs (optionally of one dataset), newest first."""
+    query = select(TrainingRun).order_by(TrainingRun.started_at.desc(), TrainingRun.run_id)
+    if dataset is not None:
+        query = query.where(TrainingRun.dataset == dataset)
+    with _store(store).session() as session:
+        rows = session.execute(query.limit(limit).offset(offset)).scalars()
+        return [_run_dict(r) for r in rows]
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _run_dict(run: TrainingRun) -> dict:
+    return {
+        "run_id": run.run_id,
+        "dataset": run.dataset,
+        "version_id": run.version_id,
+        "params": dict(run.params or {}),
+        "status": run.status,
+        "best_metric": run.best_metric,
+        "metric_name": run.metric_name,
+        "checkpoint_url": run.checkpoint_url,
+        "dag_id": run.dag_id,
+        "dag_run_id": run.dag_run_id,
+        "launcher": run.launcher,
+        "attempts": run.attempts,
+        "error": run.error,
+        "started_at": _iso(run.started_at),
+        "updated_at": _iso(run.updated_at),
+        "finished_at": _iso(run.finished_at),
+    }
+
+
+def _checkpoint_dict(c: Checkpoint) -> dict:
+    return {
+        "run_id": c.run_id,
+        "step": c.step,
+        "epoch": c.epoch,
+        "url": c.url,
+        "metric": c.metric,
+        "is_best": bool(c.is_best),
+        "created_at": _iso(c.created_at),
+        "deleted_at": _iso(c.deleted_at),
+    }
