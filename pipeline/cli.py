@@ -71,6 +71,9 @@ def sample_lake(
         console.print(f"lake {lake} already has data; nothing written")
 
 
+SCAN_COUNTS = ("new", "changed", "renamed", "deleted", "touched", "unchanged", "refused", "unreadable", "settling")
+
+
 @app.command("scan")
 def scan_cmd(
     dataset: Annotated[str | None, typer.Argument(help="Scan one dataset folder only.")] = None,
@@ -103,10 +106,12 @@ def scan_cmd(
         print_json(result.to_json())
         return
     summary = result.summary()
-    table = Table(title=f"scan {result.scan_id} of {settings.lake_dir}" + (f" / {dataset}" if dataset else ""))
-    for name in ("new", "changed", "renamed", "deleted", "touched", "unchanged", "refused", "unreadable", "settling"):
-        table.add_column(name, justify="right")
-    table.add_row(*(str(summary[k]) for k in ("new", "changed", "renamed", "deleted", "touched", "unchanged", "refused", "unreadable", "settling")))
+    title = f"scan {result.scan_id} of {settings.lake_dir}" + (f" / {dataset}" if dataset else "")
+    table = Table(title=title, show_header=False)
+    table.add_column("what")
+    table.add_column("files", justify="right")
+    for key in SCAN_COUNTS:
+        table.add_row(key, str(summary[key]))
     console.print(table)
     console.print(
         f"{result.bytes_hashed / 1e6:.1f} MB hashed in {result.seconds:.2f} s "

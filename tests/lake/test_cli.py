@@ -1,0 +1,69 @@
+"""The ledger commands through the real `laketrain` entry point, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.lake.conftest import write
+
+
+def laketrain(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "LAKETRAIN_HOME": str(home),
+        "LAKE_DIR": str(home / "lake"),
+        "DATA_ROOT": str(home / "data"),
+        "SETTLE_SECONDS": "0",
+    }
+    env.pop("METADATA_DB_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_scan_json_and_files_listing(lt_env):
+    write(lt_env / "lake" / "ds" / "cat" / "a.png", b"a")
+    write(lt_env / "lake" / "ds" / "dog" / "b.png", b"bb")
+    (lt_env / "lake" / "ds" / "escape").symlink_to("/etc/hostname")
+    out = laketrain(lt_env, "scan", "--json")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert (summary["new"], summary["refused"], summary["changed_datasets"]) == (2, 1, ["ds"])
+    assert {f["path"] for f in summary["new_files"]} == {"ds/cat/a.png", "ds/dog/b.png"}
+
+    listed = json.loads(laketrain(lt_env, "files", "--json", "--path", "ds/cat/*").stdout)
+    assert [r["path"] for r in listed] == ["ds/cat/a.png"]
+    refused = json.loads(laketrain(lt_env, "files", "--json", "--status", "refused").stdout)
+    assert [(r["path"], r["error"]) for r in refused] == [("ds/escape", "symlink target lies outside the lake")]
+    by_md5 = json.loads(laketrain(lt_env, "files", "--json", "--md5", listed[0]["md5"][:6]).stdout)
+    assert [r["path"] for r in by_md5] == ["ds/cat/a.png"]
+
+    human = laketrain(lt_env, "scan")
+    assert human.returncode == 0 and "unchanged" in human.stdout
+
+
+def test_bad_options_fail_with_a_clear_message(lt_env):
+    out = laketrain(lt_env, "files", "--status", "weird")
+    assert out.returncode == 2 and "--status must be one of" in out.stderr
+    out = laketrain(lt_env, "scan", "../etc")
+    assert out.returncode == 2 and "dataset must be a first-level lake folder name" in out.stderr
+
+
+def test_sample_lake_writes_real_digits_and_photos(lt_env):
+    out = laketrain(lt_env, "sample-lake")
+    assert out.returncode == 0, out.stderr
+    digits = sorted((lt_env / "lake" / "digits").rglob("*.png"))
+    assert len(digits) == 1797
+    assert {p.parent.name for p in digits} == {str(i) for i in range(10)}
+    from PIL import Image
+
+    with Image.open(digits[0]) as im:
+        assert im.size == (8, 8) and im.mode == "L"
+    photos = list((lt_env / "lake" / "photos").rglob("*.jpg"))
+    assert len(photos) >= 2
+    again = laketrain(lt_env, "sample-lake")
+    assert "already has data" in again.stdout

@@ -1,0 +1,42 @@
+"""Settings come from the environment; a bad value fails at start naming the variable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.settings import SettingsError, load_settings
+
+
+def test_defaults_live_under_var(monkeypatch, tmp_path):
+    for name in ("LAKE_DIR", "DATA_ROOT", "METADATA_DB_URL", "CHECKPOINT_URL", "SETTLE_SECONDS", "HASH_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LAKETRAIN_HOME", str(tmp_path))
+    s = load_settings()
+    assert s.lake_dir == tmp_path / "var" / "lake"
+    assert s.data_root == tmp_path / "var" / "data"
+    assert s.database_url == f"sqlite:///{tmp_path / 'var' / 'data' / 'metadata.db'}"
+    assert s.checkpoint_url == (tmp_path / "var" / "objects").as_uri()
+    assert s.hash_workers >= 1 and s.settle_seconds >= 0
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("SETTLE_SECONDS", "soon"), ("SETTLE_SECONDS", "-1"), ("HASH_WORKERS", "0"), ("CHECKPOINT_URL", "ftp://x"), ("METADATA_DB_URL", "not a url")],
+)
+def test_an_invalid_value_names_the_variable(monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(SettingsError, match=var):
+        load_settings()
+
+
+def test_the_cli_exits_with_the_variable_name(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "files"],
+        env={"PATH": "/usr/bin:/bin", "HASH_WORKERS": "many", "LAKETRAIN_HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 2
+    assert "HASH_WORKERS" in out.stderr
