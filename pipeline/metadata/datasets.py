@@ -1,4 +1,149 @@
-"""Dataset models: recipes, processed samples, segments, versions and their samples.
+"""Dataset models: processed samples, segments, versions and their samples.
 
 Owned by the versioned-datasets work; created by migration 0002.
+
+The store is the source for every listing (versions, show, diff, contains): the CLI and the UI
+never read version folders to answer them. Version folders on disk are the source for the
+*data* (the reader), and stay readable without any store.
 """
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from pipeline.metadata.base import Base, UTCDateTime, utcnow
+
+VERSION_COMMITTED = "committed"
+VERSION_DELETED = "deleted"
+
+SAMPLE_OK = "ok"
+SAMPLE_INVALID = "invalid"
+
+
+class DatasetLock(Base):
+    """One row per dataset. A commit updates its row first, which holds a row lock
+    (PostgreSQL) or the write lock (SQLite) until it commits: commits of one dataset serialise,
+    so two concurrent builds publish exactly one version."""
+
+    __tablename__ = "dataset_locks"
+
+    dataset: Mapped[str] = mapped_column(String(255), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(255))
+    since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Segment(Base):
+    """An immutable file group under DATA_ROOT/segments/<recipe_hash>/<segment_id>/."""
+
+    __tablename__ = "segments"
+
+    segment_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    recipe_hash: Mapped[str] = mapped_column(String(64), index=True)
+    format: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(1024), doc="relative to DATA_ROOT")
+    n_rows: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ProcessedSample(Base):
+    """What preprocessing made of one source content (md5) under one recipe: either rows
+    ``row .. row+n_rows-1`` of a segment, or an invalid verdict with its reason. A build decodes
+    only the md5s that have no row here for its recipe_hash."""
+
+    __tablename__ = "processed_samples"
+    __table_args__ = (UniqueConstraint("md5", "recipe_hash", name="uq_processed_samples_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    md5: Mapped[str] = mapped_column(String(32))
+    recipe_hash: Mapped[str] = mapped_column(String(64), index=True)
+    segment_id: Mapped[str | None] = mapped_column(ForeignKey("segments.segment_id"), index=True)
+    row: Mapped[int] = mapped_column(Integer, default=0)
+    n_rows: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default=SAMPLE_OK)
+    reason: Mapped[str | None] = mapped_column(Text)
+    labels: Mapped[str | None] = mapped_column(Text, doc="JSON list, one per row, for content labels (tables)")
+    lines: Mapped[str | None] = mapped_column(Text, doc="JSON list of source line numbers per row (tables)")
+    invalid_rows: Mapped[str | None] = mapped_column(Text, doc="JSON [[line, reason], ...] (tables)")
+    stats: Mapped[str | None] = mapped_column(Text, doc="JSON per-channel count/sum/sumsq over its rows")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class DatasetVersion(Base):
+    __tablename__ = "dataset_versions"
+
+    version_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    dataset: Mapped[str] = mapped_column(String(255), index=True)
+    tag: Mapped[str] = mapped_column(String(512), unique=True)
+    parent_id: Mapped[str | None] = mapped_column(String(64))
+    recipe_hash: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(8))
+    status: Mapped[str] = mapped_column(String(16), default=VERSION_COMMITTED)
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    train: Mapped[int] = mapped_column(Integer, default=0)
+    val: Mapped[int] = mapped_column(Integer, default=0)
+    files: Mapped[int] = mapped_column(Integer, default=0)
+    invalid: Mapped[int] = mapped_column(Integer, default=0)
+    added: Mapped[int] = mapped_column(Integer, default=0)
+    removed: Mapped[int] = mapped_column(Integer, default=0)
+    changed: Mapped[int] = mapped_column(Integer, default=0)
+    path: Mapped[str] = mapped_column(String(1024), doc="version folder relative to DATA_ROOT")
+    manifest_sha256: Mapped[str] = mapped_column(String(64))
+    manifest: Mapped[str] = mapped_column(Text, doc="manifest.json, verbatim")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class VersionSample(Base):
+    """One row per sample of a version: what diff and contains answer from."""
+
+    __tablename__ = "version_samples"
+    __table_args__ = (
+        Index("ix_version_samples_version_path", "version_id", "path"),
+        Index("ix_version_samples_md5", "md5"),
+        Index("ix_version_samples_path", "path"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    version_id: Mapped[str] = mapped_column(String(64))
+    idx: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(4096))
+    md5: Mapped[str] = mapped_column(String(32))
+    label: Mapped[str | None] = mapped_column(String(255))
+    split: Mapped[str] = mapped_column(String(8))
+    duplicate: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class VersionInvalid(Base):
+    """Files (or table lines) of the dataset left out of a version, with the reason."""
+
+    __tablename__ = "version_invalid"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[str] = mapped_column(String(64), index=True)
+    path: Mapped[str] = mapped_column(String(4096))
+    md5: Mapped[str | None] = mapped_column(String(32))
+    line: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text)
+
+
+class VersionSegment(Base):
+    """Which segments a version reads: what gc must keep."""
+
+    __tablename__ = "version_segments"
+
+    version_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    segment_id: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)

@@ -1,0 +1,903 @@
+"""Build a dataset version in three steps: plan → process (per shard) → commit.
+
+- ``plan`` reads the LEDGER (every current file of the dataset), not a scan's change set, so a
+  missed or collapsed trigger event can never lose a file; it returns shards of the md5s that
+  have no processed sample under the current recipe yet.
+- ``process`` decodes one shard into one content-addressed segment and records the processed
+  samples; rerunning the same shard reuses the segment it finds.
+- ``commit`` assembles the version from the store alone (no decoding, no segment reads), and
+  publishes it atomically, under the dataset's lock, unless the lake content is unchanged.
+
+The three steps are plain functions over JSON-safe values so the ingest DAG can map ``process``
+over shards on any worker; ``build`` runs them locally with a process pool.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import multiprocessing
+import os
+import secrets
+import shutil
+import socket
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from pipeline.datasets import manifest as mf
+from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.segments import (
+    clean_stale_temps,
+    load_written,
+    read_info,
+    segment_id_for,
+    segment_relpath,
+    segments_root,
+    write_segment,
+)
+from pipeline.metadata.base import utcnow
+from pipeline.metadata.datasets import (
+    SAMPLE_INVALID,
+    SAMPLE_OK,
+    VERSION_COMMITTED,
+    DatasetLock,
+    DatasetVersion,
+    ProcessedSample,
+    Segment,
+    VersionInvalid,
+    VersionSample,
+    VersionSegment,
+)
+from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK, LedgerFile
+from pipeline.metadata.store import MetadataStore, open_store
+
+DEFAULT_MAX_FILES = 512
+DEFAULT_MAX_BYTES = 256 << 20
+_INSERT_BATCH = 5000
+
+
+# ---- values that travel between the steps (XCom-safe) -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShardFile:
+    md5: str
+    path: str  # lake-relative; any current path with this content
+    size: int
+
+
+@dataclass(frozen=True)
+class Shard:
+    dataset: str
+    recipe_hash: str
+    format: str
+    files: list[ShardFile]
+
+    @property
+    def segment_id(self) -> str:
+        return segment_id_for(self.recipe_hash, self.format, [f.md5 for f in self.files])
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_dict(self) -> dict:
+        return {
+            "dataset": self.dataset, "recipe_hash": self.recipe_hash, "format": self.format,
+            "files": [[f.md5, f.path, f.size] for f in self.files],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Shard:
+        return cls(data["dataset"], data["recipe_hash"], data["format"], [ShardFile(*f) for f in data["files"]])
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    dataset: str
+    recipe_hash: str
+    segment_id: str
+    format: str
+    path: str  # relative to DATA_ROOT
+    n_rows: int
+    n_files: int
+    decoded: int  # files decoded by this call (0 when the segment was reused)
+    invalid: int
+    reused: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SegmentRef:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Version:
+    dataset: str
+    version_id: str
+    tag: str
+    parent_id: str | None
+    samples: int
+    train: int
+    val: int
+    added: int
+    removed: int
+    changed: int
+    created_at: str
+    path: str
+    invalid: int = 0
+
+    @property
+    def short_id(self) -> str:
+        return self.version_id[:8]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class BuildReport:
+    dataset: str
+    version: Version | None
+    shards: int = 0
+    decoded: int = 0
+    invalid: int = 0
+    reused_segments: int = 0
+    scan: dict | None = None
+    segments: list[SegmentRef] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "dataset": self.dataset, "version": self.version.to_dict() if self.version else None,
+            "shards": self.shards, "decoded": self.decoded, "invalid": self.invalid,
+            "reused_segments": self.reused_segments, "scan": self.scan,
+        }
+
+
+class BuildError(RuntimeError):
+    """The build cannot go on (e.g. the recipe changed between plan and process)."""
+
+
+# ---- plan -------------------------------------------------------------------------------------
+
+
+def _settings():
+    from pipeline.settings import get_settings
+
+    return get_settings()
+
+
+def _recipe(dataset: str):
+    from pipeline.datasets.recipes import load_recipe
+
+    return load_recipe(dataset)
+
+
+def plan(
+    dataset: str,
+    *,
+    store: MetadataStore | None = None,
+    max_files: int = DEFAULT_MAX_FILES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> list[Shard]:
+    """Shards (≤ max_files files, ≤ max_bytes source bytes) of the dataset's current contents
+    that have no processed sample under the current recipe. Identical content at several paths
+    is planned once."""
+    if max_files < 1 or max_bytes < 1:
+        raise ValueError("max_files and max_bytes must be at least 1")
+    recipe = _recipe(dataset)
+    rh = recipe.recipe_hash
+    store = store or open_store()
+    with store.session() as session:
+        files = _current_files(session, dataset)
+        done = set(session.scalars(select(ProcessedSample.md5).where(ProcessedSample.recipe_hash == rh)))
+    todo: dict[str, ShardFile] = {}
+    for path, md5, size, _mtime, status, _err in files:
+        if status not in (STATUS_OK, STATUS_INVALID) or md5 is None or md5 in done or recipe.is_sidecar(path):
+            continue
+        if md5 not in todo:  # files are sorted by path: the first path of a content wins
+            todo[md5] = ShardFile(md5, path, int(size or 0))
+    shards: list[Shard] = []
+    batch: list[ShardFile] = []
+    batch_bytes = 0
+    for md5 in sorted(todo):
+        f = todo[md5]
+        if batch and (len(batch) >= max_files or batch_bytes + f.size > max_bytes):
+            shards.append(Shard(dataset, rh, recipe.format, batch))
+            batch, batch_bytes = [], 0
+        batch.append(f)
+        batch_bytes += f.size
+    if batch:
+        shards.append(Shard(dataset, rh, recipe.format, batch))
+    return shards
+
+
+def _current_files(session: Session, dataset: str) -> list[tuple]:
+    """(path, md5, size, mtime_ns, status, error) of every file of the dataset now, by path."""
+    query = (
+        select(LedgerFile.path, LedgerFile.md5, LedgerFile.size, LedgerFile.mtime_ns, LedgerFile.status, LedgerFile.error)
+        .where(LedgerFile.dataset == dataset, LedgerFile.deleted_at.is_(None))
+        .order_by(LedgerFile.path)
+    )
+    return [tuple(r) for r in session.execute(query)]
+
+
+# ---- process ----------------------------------------------------------------------------------
+
+
+def process(
+    shard: Shard | dict,
+    *,
+    store: MetadataStore | None = None,
+    data_root: Path | None = None,
+    lake: Path | None = None,
+) -> SegmentRef:
+    """Decode one shard into one segment and record its processed samples. Idempotent: a rerun
+    (or a concurrent run) of the same shard reuses the published segment."""
+    from pipeline.datasets.preprocess import (
+        InvalidInput,
+        preprocessor_for,
+        sample_dtype,
+        sample_shape,
+    )
+    from pipeline.datasets.preprocess.augment import augment
+
+    if isinstance(shard, dict):
+        shard = Shard.from_dict(shard)
+    settings = _settings()
+    data_root = Path(data_root or settings.data_root)
+    lake = Path(lake or settings.lake_dir)
+    store = store or open_store()
+    recipe = _recipe(shard.dataset)
+    if recipe.recipe_hash != shard.recipe_hash:
+        raise BuildError(
+            f"the recipe of {shard.dataset!r} changed since this shard was planned "
+            f"({shard.recipe_hash[:12]} → {recipe.recipe_hash[:12]}); plan again"
+        )
+    seg_id = shard.segment_id
+    clean_stale_temps(data_root, shard.recipe_hash)
+    final = segments_root(data_root, shard.recipe_hash) / seg_id
+    if (final / "segment.json").is_file():
+        written = load_written(final)
+        _record_segment(store, shard.dataset, written.info)
+        return _ref(shard, written.info, decoded=0, reused=True)
+
+    pre = preprocessor_for(recipe)
+    copies = recipe.augment.copies
+    xs: list[np.ndarray] = []
+    label_names: list[str] = []
+    label_index: dict[str, int] = {}
+    ys: list[int] = []
+    entries: list[dict] = []
+    invalid: list[dict] = []
+    decoded = 0
+    for f in sorted(shard.files, key=lambda f: f.md5):
+        abspath = str(lake / f.path)
+        if _md5_of(abspath) != f.md5:
+            # Changed or gone since the scan: leave it for the next scan, record nothing.
+            continue
+        decoded += 1
+        try:
+            result = pre.decode(abspath, recipe)
+        except InvalidInput as exc:
+            invalid.append({"md5": f.md5, "path": f.path, "reason": exc.reason})
+            continue
+        start = len(xs)
+        labels: list[str | None] = []
+        lines: list[int | None] = []
+        for sample in result.samples:
+            rows = [sample.x]
+            if copies:
+                rows += [augment(sample.x, md5=f.md5, copy_index=k, ops=recipe.augment.ops) for k in range(1, copies + 1)]
+            for x in rows:
+                xs.append(x)
+                labels.append(sample.label)
+                lines.append(sample.row)
+                if sample.label is None:
+                    ys.append(-1)
+                else:
+                    if sample.label not in label_index:
+                        label_index[sample.label] = len(label_names)
+                        label_names.append(sample.label)
+                    ys.append(label_index[sample.label])
+        n = len(xs) - start
+        has_content_labels = any(lab is not None for lab in labels)
+        entries.append({
+            "md5": f.md5,
+            "row": start,
+            "n_rows": n,
+            "per_sample": copies + 1,
+            "labels": labels if has_content_labels else None,
+            "lines": lines if any(v is not None for v in lines) else None,
+            "invalid_rows": [[int(line), reason] for line, reason in result.invalid_rows],
+            "stats": _stats(xs[start:]) if n else None,
+        })
+    shape = sample_shape(recipe)
+    dtype = sample_dtype(recipe)
+    if xs:
+        x = np.stack(xs).astype(dtype, copy=False)
+    else:
+        x = np.zeros((0, *[max(d, 0) for d in shape]), dtype=dtype)
+    y = np.asarray(ys, dtype=np.int32)
+    pause_hook("process_decoded")
+    written = write_segment(
+        data_root, recipe_hash=shard.recipe_hash, segment_id=seg_id, fmt=shard.format, x=x, y=y,
+        info={"dataset": shard.dataset, "labels": label_names, "entries": entries, "invalid": invalid},
+    )
+    _record_segment(store, shard.dataset, written.info)
+    return _ref(shard, written.info, decoded=0 if written.reused else decoded, reused=written.reused)
+
+
+def _ref(shard: Shard, info: dict, *, decoded: int, reused: bool) -> SegmentRef:
+    return SegmentRef(
+        dataset=shard.dataset, recipe_hash=shard.recipe_hash, segment_id=info["segment_id"],
+        format=info["format"], path=segment_relpath(shard.recipe_hash, info["segment_id"]),
+        n_rows=info["n_rows"], n_files=len(info["entries"]) + len(info["invalid"]),
+        decoded=decoded, invalid=len(info["invalid"]), reused=reused,
+    )
+
+
+def _md5_of(abspath: str) -> str | None:
+    from pipeline.lake.hashing import md5_file
+
+    try:
+        return md5_file(abspath)
+    except OSError:
+        return None
+
+
+def _stats(rows: list[np.ndarray]) -> dict:
+    """Per-channel count/sum/sumsq (channel = axis 0 of a sample; a feature for tables), so
+    commit can compute the train split's mean/std without reading any segment."""
+    a = np.stack(rows).astype(np.float64)
+    axes = (0, *range(2, a.ndim))
+    count = a.size // a.shape[1] if a.ndim > 1 else a.size
+    return {
+        "count": int(count),
+        "sum": a.sum(axis=axes).tolist() if a.ndim > 1 else [float(a.sum())],
+        "sumsq": (a * a).sum(axis=axes).tolist() if a.ndim > 1 else [float((a * a).sum())],
+    }
+
+
+def _record_segment(store: MetadataStore, dataset: str, info: dict) -> None:
+    """Record a published segment and its processed samples (idempotent), and mark the
+    ledger rows of invalid files. Safe to call again after a crash, or concurrently."""
+    rh = info["recipe_hash"]
+    seg_id = info["segment_id"]
+    for attempt in range(3):
+        try:
+            with store.session() as session:
+                if session.get(Segment, seg_id) is None:
+                    session.add(Segment(
+                        segment_id=seg_id, recipe_hash=rh, format=info["format"],
+                        path=segment_relpath(rh, seg_id), n_rows=info["n_rows"],
+                        size_bytes=info["size_bytes"], sha256=info["sha256"],
+                    ))
+                    session.flush()
+                md5s = [e["md5"] for e in info["entries"]] + [e["md5"] for e in info["invalid"]]
+                have = _existing_md5s(session, rh, md5s)
+                rows = []
+                for e in info["entries"]:
+                    if e["md5"] not in have:
+                        rows.append({
+                            "md5": e["md5"], "recipe_hash": rh, "segment_id": seg_id, "row": e["row"],
+                            "n_rows": e["n_rows"], "status": SAMPLE_OK, "reason": None,
+                            "labels": json.dumps(e["labels"]) if e["labels"] is not None else None,
+                            "lines": json.dumps(e["lines"]) if e["lines"] is not None else None,
+                            "invalid_rows": json.dumps(e["invalid_rows"]) if e["invalid_rows"] else None,
+                            "stats": json.dumps({**(e["stats"] or {}), "per_sample": e.get("per_sample", 1)}),
+                            "created_at": utcnow(),
+                        })
+                for e in info["invalid"]:
+                    if e["md5"] not in have:
+                        rows.append({
+                            "md5": e["md5"], "recipe_hash": rh, "segment_id": seg_id, "row": 0, "n_rows": 0,
+                            "status": SAMPLE_INVALID, "reason": e["reason"], "labels": None, "lines": None,
+                            "invalid_rows": None, "stats": None, "created_at": utcnow(),
+                        })
+                if rows:
+                    session.execute(insert(ProcessedSample), rows)
+                for e in info["invalid"]:
+                    # The scanner keeps this verdict until the file's md5 changes.
+                    session.execute(
+                        update(LedgerFile)
+                        .where(LedgerFile.md5 == e["md5"], LedgerFile.dataset == dataset, LedgerFile.deleted_at.is_(None))
+                        .values(status=STATUS_INVALID, error=e["reason"])
+                    )
+            return
+        except IntegrityError:
+            if attempt == 2:
+                raise  # a concurrent writer recorded the same keys; the retry sees them
+
+
+def _existing_md5s(session: Session, recipe_hash: str, md5s: list[str]) -> set[str]:
+    have: set[str] = set()
+    for i in range(0, len(md5s), 1000):
+        chunk = md5s[i : i + 1000]
+        have.update(session.scalars(
+            select(ProcessedSample.md5).where(ProcessedSample.recipe_hash == recipe_hash, ProcessedSample.md5.in_(chunk))
+        ))
+    return have
+
+
+# ---- commit -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Sample:
+    path: str
+    md5: str
+    label: str | None
+    split: str
+    segment_id: str
+    row: int
+    size: int | None
+    mtime_ns: int | None
+    duplicate: bool
+    line: int | None
+    copy: int
+
+
+def commit(
+    dataset: str,
+    segments: list[SegmentRef | dict] | None = None,
+    *,
+    store: MetadataStore | None = None,
+    data_root: Path | None = None,
+    lake: Path | None = None,
+) -> Version | None:
+    """Publish the version of the dataset's current contents, or return None when it equals the
+    latest committed version. ``segments`` (the outputs of ``process``) are recorded again if a
+    crash lost their records; the version itself is assembled from the store."""
+    from pipeline.datasets.recipes import load_sidecar
+
+    settings = _settings()
+    data_root = Path(data_root or settings.data_root)
+    lake = Path(lake or settings.lake_dir)
+    store = store or open_store()
+    recipe = _recipe(dataset)
+    rh = recipe.recipe_hash
+    for ref in segments or []:
+        ref = SegmentRef.from_dict(ref) if isinstance(ref, dict) else ref
+        folder = data_root / ref.path
+        if (folder / "segment.json").is_file():
+            _record_segment(store, dataset, read_info(folder))
+    pause_hook("before_commit")
+    sidecar = load_sidecar(lake / dataset, recipe)
+    _ensure_lock_row(store, dataset)
+    with store.session() as session:
+        _take_lock(session, dataset)
+        files = _current_files(session, dataset)
+        processed = _processed(session, rh, sorted({f[1] for f in files if f[1]}))
+        samples, invalid = _assemble(recipe, files, processed, sidecar)
+        version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
+        latest = _latest(session, dataset)
+        if latest is not None and latest.version_id == version_id:
+            return None
+        existing = session.get(DatasetVersion, version_id)
+        if existing is not None and existing.status == VERSION_COMMITTED:
+            # The lake went back to the content of an older version: that version is it.
+            return _version_of(existing)
+        parent = latest
+        parent_rows = _version_paths(session, parent.version_id) if parent else {}
+        diff = _diff(parent_rows, samples)
+        folder = mf.version_dir(data_root, dataset, version_id)
+        _clean_staging(folder.parent)
+        if (folder / mf.MANIFEST).is_file():
+            # Published before a crash, never recorded: keep what is on disk (same content).
+            manifest, manifest_sha = mf.read_manifest(folder)
+        else:
+            if folder.exists():
+                shutil.rmtree(folder)  # cannot be a version: the manifest is in the renamed folder
+            manifest = _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, diff, session)
+            manifest_sha = _publish(folder, manifest, samples, invalid)
+        pause_hook("commit_renamed")
+        row = DatasetVersion(
+            version_id=version_id, dataset=dataset, tag=manifest["tag"], parent_id=manifest["parent"],
+            recipe_hash=rh, format=recipe.format, status=VERSION_COMMITTED,
+            samples=manifest["counts"]["samples"], train=manifest["counts"]["train"],
+            val=manifest["counts"]["val"], files=manifest["counts"]["files"],
+            invalid=manifest["counts"]["invalid"], added=manifest["diff"]["added"],
+            removed=manifest["diff"]["removed"], changed=manifest["diff"]["changed"],
+            path=mf.version_relpath(dataset, version_id), manifest_sha256=manifest_sha,
+            manifest=json.dumps(manifest, sort_keys=True),
+            created_at=datetime.fromisoformat(manifest["created_at"]),
+        )
+        if existing is not None:  # a deleted (gc'd) version published again
+            session.delete(existing)
+            session.flush()
+        session.add(row)
+        session.flush()
+        _insert_version_rows(session, version_id, samples, invalid, [s["id"] for s in manifest["segments"]])
+        return _version_of(row)
+
+
+def _processed(session: Session, rh: str, md5s: list[str]) -> dict[str, ProcessedSample]:
+    out: dict[str, ProcessedSample] = {}
+    for i in range(0, len(md5s), 1000):
+        chunk = md5s[i : i + 1000]
+        for ps in session.scalars(
+            select(ProcessedSample).where(ProcessedSample.recipe_hash == rh, ProcessedSample.md5.in_(chunk))
+        ):
+            out[ps.md5] = ps
+    return out
+
+
+def _assemble(recipe, files, processed, sidecar) -> tuple[list[_Sample], list[dict]]:
+    """Samples in (path, row) order, and the files/lines left out with their reason."""
+    samples: list[_Sample] = []
+    invalid: list[dict] = []
+    seen_md5: set[str] = set()
+    split_by_md5: dict[str, str] = {}
+    for path, md5, size, mtime, status, error in files:
+        if recipe.is_sidecar(path):
+            continue
+        if status not in (STATUS_OK, STATUS_INVALID) or md5 is None:
+            invalid.append({"path": path, "md5": md5, "line": None, "reason": error or status})
+            continue
+        ps = processed.get(md5)
+        if ps is None:
+            continue  # arrived after the plan: the next build takes it
+        if ps.status == SAMPLE_INVALID:
+            invalid.append({"path": path, "md5": md5, "line": None, "reason": ps.reason or "invalid"})
+            continue
+        for line, reason in json.loads(ps.invalid_rows or "[]"):
+            invalid.append({"path": path, "md5": md5, "line": line, "reason": reason})
+        content_labels = json.loads(ps.labels) if ps.labels else None
+        lines = json.loads(ps.lines) if ps.lines else None
+        path_label = None
+        if content_labels is None and recipe.labels.rule != "none":
+            path_label = recipe.label_for(path, sidecar)
+            if path_label is None:
+                where = "labels file" if recipe.labels.rule == "sidecar" else "class folder"
+                invalid.append({"path": path, "md5": md5, "line": None, "reason": f"no label: the file has no {where}"})
+                continue
+        # A content's split is decided once, by its first path, so duplicates never straddle it.
+        split = split_by_md5.setdefault(md5, recipe.split_for(path, md5))
+        per_sample = int(json.loads(ps.stats or "{}").get("per_sample", 1))
+        duplicate = md5 in seen_md5
+        seen_md5.add(md5)
+        for k in range(ps.n_rows):
+            copy = k % per_sample
+            if copy and split == "val":
+                continue  # augmented copies are for training only
+            samples.append(_Sample(
+                path, md5, content_labels[k] if content_labels else path_label, split, ps.segment_id,
+                ps.row + k, size, mtime, duplicate, lines[k] if lines else None, copy,
+            ))
+    return samples, invalid
+
+
+def _latest(session: Session, dataset: str) -> DatasetVersion | None:
+    return session.scalars(
+        select(DatasetVersion)
+        .where(DatasetVersion.dataset == dataset, DatasetVersion.status == VERSION_COMMITTED)
+        .order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id)
+        .limit(1)
+    ).first()
+
+
+def _version_paths(session: Session, version_id: str) -> dict[str, tuple[str, str | None]]:
+    rows = session.execute(
+        select(VersionSample.path, VersionSample.md5, VersionSample.label)
+        .where(VersionSample.version_id == version_id)
+        .order_by(VersionSample.idx)
+    )
+    out: dict[str, tuple[str, str | None]] = {}
+    for path, md5, label in rows:
+        out.setdefault(path, (md5, label))
+    return out
+
+
+def path_diff(old: dict[str, tuple], new: dict[str, tuple]) -> dict[str, list[str]]:
+    """added / removed / changed lake paths between two {path: (md5, label)} maps."""
+    return {
+        "added": sorted(set(new) - set(old)),
+        "removed": sorted(set(old) - set(new)),
+        "changed": sorted(p for p in set(old) & set(new) if old[p] != new[p]),
+    }
+
+
+def _diff(parent_rows: dict, samples: list[_Sample]) -> dict[str, int]:
+    new: dict[str, tuple] = {}
+    for s in samples:
+        new.setdefault(s.path, (s.md5, s.label))
+    d = path_diff(parent_rows, new)
+    return {k: len(v) for k, v in d.items()}
+
+
+def _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, diff, session) -> dict:
+    from pipeline.datasets.preprocess import sample_dtype, sample_shape
+
+    created = utcnow()
+    classes = sorted({s.label for s in samples if s.label is not None})
+    seg_ids = sorted({s.segment_id for s in samples})
+    seg_rows = {
+        s.segment_id: s for s in session.scalars(select(Segment).where(Segment.segment_id.in_(seg_ids)))
+    } if seg_ids else {}
+    per_split: dict[str, dict] = {}
+    for split in ("train", "val"):
+        subset = [s for s in samples if s.split == split]
+        counts: dict[str, int] = {}
+        for s in subset:
+            key = s.label if s.label is not None else ""
+            counts[key] = counts.get(key, 0) + 1
+        per_split[split] = {"samples": len(subset), "classes": dict(sorted(counts.items()))}
+    mean, std = _train_mean_std(samples, processed)
+    shape = list(sample_shape(recipe))
+    if samples and -1 in shape:
+        info = seg_rows.get(samples[0].segment_id)
+        shape = _segment_shape(info) or shape
+    return {
+        "format_version": mf.FORMAT_VERSION,
+        "id": version_id,
+        "short_id": version_id[:8],
+        "tag": mf.tag_for(dataset, version_id, created),
+        "dataset": dataset,
+        "parent": parent.version_id if parent else None,
+        "recipe": recipe.model_dump(mode="json"),
+        "recipe_hash": recipe.recipe_hash,
+        "modality": recipe.modality,
+        "format": recipe.format,
+        "sample_shape": shape,
+        "sample_dtype": str(sample_dtype(recipe)),
+        "classes": classes,
+        "counts": {
+            "samples": len(samples),
+            "train": per_split["train"]["samples"],
+            "val": per_split["val"]["samples"],
+            "files": len({s.path for s in samples}),
+            "duplicates": len({s.path for s in samples if s.duplicate}),
+            "invalid": len(invalid),
+            "per_split": per_split,
+        },
+        "diff": diff,
+        "segments": [
+            {
+                "id": sid, "path": seg_rows[sid].path, "n_rows": seg_rows[sid].n_rows,
+                "size_bytes": seg_rows[sid].size_bytes, "sha256": seg_rows[sid].sha256,
+            }
+            for sid in seg_ids
+        ],
+        "mean": mean,
+        "std": std,
+        "files": {
+            "metadata": mf.METADATA, "invalid": mf.INVALID, "index_segment": mf.INDEX_SEGMENT,
+            "index_row": mf.INDEX_ROW, "labels": mf.LABELS, "splits": mf.SPLITS,
+        },
+        "created_at": created.isoformat(),
+    }
+
+
+def _segment_shape(seg: Segment | None) -> list[int] | None:
+    if seg is None:
+        return None
+    try:
+        return read_info(_settings().data_root / seg.path)["x_shape"]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _train_mean_std(samples: list[_Sample], processed: dict[str, ProcessedSample]) -> tuple[list[float], list[float]]:
+    """Per-channel mean/std of the train split (0..255 for images), from the per-content sums
+    recorded by process: weighted by how many train samples each content contributes."""
+    weights: dict[str, int] = {}
+    for s in samples:
+        if s.split == "train":
+            weights[s.md5] = weights.get(s.md5, 0) + 1
+    count = 0.0
+    total: np.ndarray | None = None
+    total_sq: np.ndarray | None = None
+    for md5, n in weights.items():
+        ps = processed[md5]
+        stats = json.loads(ps.stats or "{}")
+        if not stats.get("count"):
+            continue
+        # Stats cover all n_rows of the content; scale to the rows this version uses.
+        scale = n / ps.n_rows
+        s = np.asarray(stats["sum"]) * scale
+        sq = np.asarray(stats["sumsq"]) * scale
+        total = s if total is None else total + s
+        total_sq = sq if total_sq is None else total_sq + sq
+        count += stats["count"] * scale
+    if total is None or count == 0:
+        return [], []
+    mean = total / count
+    var = np.maximum(total_sq / count - mean * mean, 0.0)
+    return [round(float(v), 6) for v in mean], [round(float(v), 6) for v in np.sqrt(var)]
+
+
+def _publish(folder: Path, manifest: dict, samples: list[_Sample], invalid: list[dict]) -> str:
+    """Write the version under a staging name, manifest last, then rename it into place."""
+    staging = folder.parent / f"{mf.STAGING_PREFIX}{secrets.token_hex(6)}"
+    staging.mkdir(parents=True)
+    try:
+        seg_pos = {s["id"]: i for i, s in enumerate(manifest["segments"])}
+        classes = {c: i for i, c in enumerate(manifest["classes"])}
+        mf.write_synced(staging / mf.INDEX_SEGMENT, _npy_bytes(np.asarray([seg_pos[s.segment_id] for s in samples], dtype=np.int32)))
+        mf.write_synced(staging / mf.INDEX_ROW, _npy_bytes(np.asarray([s.row for s in samples], dtype=np.int64)))
+        mf.write_synced(staging / mf.SPLITS, _npy_bytes(np.asarray([s.split == "val" for s in samples], dtype=np.int8)))
+        mf.write_synced(staging / mf.LABELS, _npy_bytes(np.asarray([classes.get(s.label, -1) if s.label is not None else -1 for s in samples], dtype=np.int64)))
+        lines = []
+        for i, s in enumerate(samples):
+            rec = {
+                "index": i, "path": s.path, "md5": s.md5, "label": s.label, "split": s.split,
+                "segment": s.segment_id, "row": s.row, "size": s.size, "mtime_ns": s.mtime_ns,
+                "duplicate": s.duplicate,
+            }
+            if s.line is not None:
+                rec["line"] = s.line
+            if s.copy:
+                rec["copy"] = s.copy
+            lines.append(json.dumps(rec, sort_keys=True))
+        mf.write_synced(staging / mf.METADATA, ("\n".join(lines) + "\n" if lines else "").encode())
+        mf.write_synced(staging / mf.INVALID, "".join(json.dumps(r, sort_keys=True) + "\n" for r in invalid).encode())
+        raw = mf.manifest_bytes(manifest)
+        mf.write_synced(staging / mf.MANIFEST, raw)
+        mf.fsync_dir(staging)
+        pause_hook("commit_staged")
+        os.rename(staging, folder)
+        mf.fsync_dir(folder.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _clean_staging(dataset_dir: Path) -> None:
+    """Staging folders left by a killed commit. Only called under the dataset lock, when no
+    other commit of this dataset can be writing one."""
+    if dataset_dir.is_dir():
+        for stale in dataset_dir.glob(f"{mf.STAGING_PREFIX}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _insert_version_rows(session: Session, version_id: str, samples: list[_Sample], invalid: list[dict], seg_ids: list[str]) -> None:
+    conn = session.connection()
+    rows = [
+        {"version_id": version_id, "idx": i, "path": s.path, "md5": s.md5, "label": s.label, "split": s.split, "duplicate": s.duplicate}
+        for i, s in enumerate(samples)
+    ]
+    for i in range(0, len(rows), _INSERT_BATCH):
+        conn.execute(insert(VersionSample), rows[i : i + _INSERT_BATCH])
+    if invalid:
+        conn.execute(insert(VersionInvalid), [{"version_id": version_id, **r} for r in invalid])
+    if seg_ids:
+        conn.execute(insert(VersionSegment), [{"version_id": version_id, "segment_id": s} for s in seg_ids])
+
+
+def _version_of(row: DatasetVersion) -> Version:
+    return Version(
+        dataset=row.dataset, version_id=row.version_id, tag=row.tag, parent_id=row.parent_id,
+        samples=row.samples, train=row.train, val=row.val, added=row.added, removed=row.removed,
+        changed=row.changed, created_at=row.created_at.isoformat(), path=row.path, invalid=row.invalid,
+    )
+
+
+def _ensure_lock_row(store: MetadataStore, dataset: str) -> None:
+    try:
+        with store.session() as session:
+            if session.get(DatasetLock, dataset) is None:
+                session.add(DatasetLock(dataset=dataset))
+    except IntegrityError:
+        pass  # another process created it first
+
+
+def _take_lock(session: Session, dataset: str) -> None:
+    session.execute(
+        update(DatasetLock)
+        .where(DatasetLock.dataset == dataset)
+        .values(holder=f"{socket.gethostname()}:{os.getpid()}", since=utcnow())
+    )
+
+
+# ---- build: all three locally -----------------------------------------------------------------
+
+
+@contextmanager
+def _build_flock(data_root: Path, dataset: str) -> Iterator[None]:
+    """One local build per dataset at a time, so two builds do not decode the same files; the
+    store's dataset lock (in commit) is what guarantees one version across hosts."""
+    folder = mf.datasets_root(data_root) / dataset
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".build.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _worker_init() -> None:
+    # Connections inherited through fork belong to the parent: drop them without closing.
+    from pipeline.metadata import store as store_mod
+
+    for s in store_mod._stores.values():
+        s.engine.dispose(close=False)
+    store_mod._stores.clear()
+
+
+def _process_in_worker(args: tuple[dict, str]) -> dict:
+    shard, url = args
+    return process(Shard.from_dict(shard), store=open_store(url)).to_dict()
+
+
+def run_build(
+    dataset: str,
+    *,
+    workers: int | None = None,
+    store: MetadataStore | None = None,
+    scan_first: bool = True,
+    max_files: int = DEFAULT_MAX_FILES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    on_plan: Callable[[list[Shard]], None] | None = None,
+    on_shard: Callable[[SegmentRef], None] | None = None,
+) -> BuildReport:
+    """Scan the dataset, then plan, process (process pool) and commit; report what was done."""
+    settings = _settings()
+    store = store or open_store()
+    workers = workers or settings.hash_workers
+    report = BuildReport(dataset, None)
+    _recipe(dataset)  # a bad recipe fails before anything else happens
+    with _build_flock(settings.data_root, dataset):
+        if scan_first:
+            from pipeline.lake.scan import scan
+
+            report.scan = scan(settings.lake_dir, dataset=dataset, store=store).summary()
+        shards = plan(dataset, store=store, max_files=max_files, max_bytes=max_bytes)
+        report.shards = len(shards)
+        if on_plan:
+            on_plan(shards)
+        refs: list[SegmentRef] = []
+        if workers <= 1 or len(shards) <= 1:
+            for shard in shards:
+                refs.append(process(shard, store=store))
+                if on_shard:
+                    on_shard(refs[-1])
+        else:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=min(workers, len(shards)), mp_context=ctx, initializer=_worker_init) as pool:
+                for data in pool.map(_process_in_worker, [(s.to_dict(), store.url) for s in shards]):
+                    refs.append(SegmentRef.from_dict(data))
+                    if on_shard:
+                        on_shard(refs[-1])
+        report.segments = refs
+        report.decoded = sum(r.decoded for r in refs)
+        report.invalid = sum(r.invalid for r in refs)
+        report.reused_segments = sum(1 for r in refs if r.reused)
+        report.version = commit(dataset, refs, store=store)
+    return report
+
+
+def build(dataset: str, *, workers: int | None = None, store: MetadataStore | None = None) -> Version | None:
+    """Scan, plan, process and commit locally; the new Version, or None when nothing changed."""
+    return run_build(dataset, workers=workers, store=store).version
+
+
+def delete_processed_for_segments(session: Session, segment_ids: list[str]) -> None:
+    """Forget the processed samples stored in segments that gc removes, so a later build
+    decodes those files again instead of pointing at missing rows."""
+    for i in range(0, len(segment_ids), 500):
+        chunk = segment_ids[i : i + 500]
+        session.execute(delete(ProcessedSample).where(ProcessedSample.segment_id.in_(chunk)))
+        session.execute(delete(Segment).where(Segment.segment_id.in_(chunk)))

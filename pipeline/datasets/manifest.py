@@ -1,0 +1,110 @@
+"""The on-disk layout of a dataset version, and the content-addressed identity of one.
+
+``DATA_ROOT/datasets/<dataset>/<version_id>/``:
+- ``metadata.jsonl``: one line per lake path (index, path, md5, label, split, segment, row, size,
+  mtime, duplicate, and ``line`` for table rows, ``copy`` for augmented copies);
+- ``index_segment.npy`` (int32, position in the manifest's segment list), ``index_row.npy``
+  (int64), ``labels.npy`` (int64 class index, -1 = no label) and ``splits.npy`` (int8, 0 = train,
+  1 = val): what the reader maps;
+- ``invalid.jsonl``: files (and table lines) left out, with the reason;
+- ``manifest.json``: written last; a folder without it is never a version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = (1,)
+MANIFEST = "manifest.json"
+METADATA = "metadata.jsonl"
+INVALID = "invalid.jsonl"
+INDEX_SEGMENT = "index_segment.npy"
+INDEX_ROW = "index_row.npy"
+LABELS = "labels.npy"
+SPLITS = "splits.npy"
+STAGING_PREFIX = ".staging-"
+_VERSION_ID_FORMAT = "laketrain-version-1"
+
+
+class VersionNotFound(LookupError):
+    """No version matches a reference (id, unique id prefix, tag or ``latest``), or a prefix
+    matches several."""
+
+
+class ManifestError(ValueError):
+    """A version folder is missing, incomplete, or written by an unknown format version."""
+
+
+def version_id_for(dataset: str, recipe_hash: str, samples: Iterable[tuple[str, str | None, str]]) -> str:
+    """sha256 over the dataset, the recipe_hash and the sorted (md5, label, split) list: the
+    same lake content under the same recipe always gets the same id. (The dataset name is in
+    the hash so that two lake folders with identical content still get distinct ids.)"""
+    digest = hashlib.sha256(f"{_VERSION_ID_FORMAT}\n{dataset}\n{recipe_hash}\n".encode())
+    for md5, label, split in sorted((m, lab or "", s) for m, lab, s in samples):
+        digest.update(f"{md5}\t{label}\t{split}\n".encode())
+    return digest.hexdigest()
+
+
+def tag_for(dataset: str, version_id: str, created_at: datetime) -> str:
+    return f"{dataset}_v{created_at:%Y%m%d}_{version_id[:8]}"
+
+
+def datasets_root(data_root: Path) -> Path:
+    return Path(data_root) / "datasets"
+
+
+def version_dir(data_root: Path, dataset: str, version_id: str) -> Path:
+    return datasets_root(data_root) / dataset / version_id
+
+
+def version_relpath(dataset: str, version_id: str) -> str:
+    return f"datasets/{dataset}/{version_id}"
+
+
+def read_manifest(folder: Path) -> tuple[dict, str]:
+    """The manifest of a version folder and its sha256; refuse unknown format versions."""
+    path = Path(folder) / MANIFEST
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError(f"{folder} is not a dataset version (no {MANIFEST})") from None
+    try:
+        manifest = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{path}: not valid JSON ({exc})") from None
+    check_format_version(manifest, path)
+    return manifest, hashlib.sha256(raw).hexdigest()
+
+
+def check_format_version(manifest: dict, source: object) -> None:
+    found = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if found not in SUPPORTED_FORMAT_VERSIONS:
+        raise ManifestError(
+            f"{source}: manifest format_version {found!r} is not supported by this laketrain "
+            f"(it reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}); upgrade laketrain to read it"
+        )
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()

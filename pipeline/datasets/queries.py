@@ -1,0 +1,241 @@
+"""Read-side queries on dataset versions, answered from the metadata store alone.
+
+Every function returns plain JSON-safe dicts and lists: the CLI prints them, the UI serves
+them. None of them opens a version folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from pipeline.datasets.manifest import VersionNotFound
+from pipeline.metadata.datasets import (
+    VERSION_COMMITTED,
+    DatasetVersion,
+    VersionInvalid,
+    VersionSample,
+)
+from pipeline.metadata.store import MetadataStore, open_store
+
+_MD5 = re.compile(r"[0-9a-fA-F]{32}")
+_HEX = re.compile(r"[0-9a-fA-F]{1,64}")
+
+
+def _summary(v: DatasetVersion) -> dict[str, Any]:
+    return {
+        "dataset": v.dataset,
+        "version_id": v.version_id,
+        "short_id": v.version_id[:8],
+        "tag": v.tag,
+        "parent_id": v.parent_id,
+        "created_at": v.created_at.isoformat(),
+        "samples": v.samples,
+        "train": v.train,
+        "val": v.val,
+        "files": v.files,
+        "invalid": v.invalid,
+        "added": v.added,
+        "removed": v.removed,
+        "changed": v.changed,
+        "status": v.status,
+        "format": v.format,
+        "recipe_hash": v.recipe_hash,
+        "path": v.path,
+        "manifest_sha256": v.manifest_sha256,
+    }
+
+
+def list_versions(
+    dataset: str | None = None,
+    *,
+    limit: int = 50,
+    offset: int = 0,
+    include_deleted: bool = False,
+    store: MetadataStore | None = None,
+) -> list[dict[str, Any]]:
+    """Versions, newest first."""
+    store = store or open_store()
+    query = select(DatasetVersion).order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id)
+    if dataset is not None:
+        query = query.where(DatasetVersion.dataset == dataset)
+    if not include_deleted:
+        query = query.where(DatasetVersion.status == VERSION_COMMITTED)
+    query = query.limit(max(0, int(limit))).offset(max(0, int(offset)))
+    with store.session() as session:
+        return [_summary(v) for v in session.scalars(query)]
+
+
+def count_versions(dataset: str | None = None, *, store: MetadataStore | None = None) -> int:
+    store = store or open_store()
+    query = select(func.count()).select_from(DatasetVersion).where(DatasetVersion.status == VERSION_COMMITTED)
+    if dataset is not None:
+        query = query.where(DatasetVersion.dataset == dataset)
+    with store.session() as session:
+        return int(session.scalar(query) or 0)
+
+
+def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]:
+    """Each dataset with its number of versions and its latest version."""
+    store = store or open_store()
+    with store.session() as session:
+        rows = session.execute(
+            select(DatasetVersion.dataset, func.count(), func.max(DatasetVersion.created_at))
+            .where(DatasetVersion.status == VERSION_COMMITTED)
+            .group_by(DatasetVersion.dataset)
+            .order_by(DatasetVersion.dataset)
+        ).all()
+        out = []
+        for name, count, _ in rows:
+            latest = _latest(session, name)
+            out.append({"dataset": name, "versions": int(count), "latest": _summary(latest) if latest else None})
+        return out
+
+
+def _latest(session: Session, dataset: str) -> DatasetVersion | None:
+    return session.scalars(
+        select(DatasetVersion)
+        .where(DatasetVersion.dataset == dataset, DatasetVersion.status == VERSION_COMMITTED)
+        .order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id)
+        .limit(1)
+    ).first()
+
+
+def _resolve(session: Session, ref: str, dataset: str | None) -> DatasetVersion:
+    ref = ref.strip()
+    base = select(DatasetVersion).where(DatasetVersion.status == VERSION_COMMITTED)
+    if dataset is not None:
+        base = base.where(DatasetVersion.dataset == dataset)
+    if ref == "latest":
+        if dataset is None:
+            raise VersionNotFound("'latest' needs a dataset name")
+        row = _latest(session, dataset)
+        if row is None:
+            raise VersionNotFound(f"dataset {dataset!r} has no committed version")
+        return row
+    row = session.scalars(base.where(DatasetVersion.tag == ref)).first()
+    if row is not None:
+        return row
+    if _HEX.fullmatch(ref):
+        matches = list(session.scalars(base.where(DatasetVersion.version_id.startswith(ref.lower())).limit(3)))
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise VersionNotFound(f"version prefix {ref!r} is ambiguous: it matches several versions; give more digits")
+    where = f" of dataset {dataset!r}" if dataset else ""
+    raise VersionNotFound(f"no committed version{where} matches {ref!r} (an id, a unique id prefix, a tag or 'latest')")
+
+
+def resolve_version(ref: str, dataset: str | None = None, *, store: MetadataStore | None = None) -> dict[str, Any]:
+    """The summary of the version ``ref`` (id / unique prefix / tag / ``latest``) names."""
+    store = store or open_store()
+    with store.session() as session:
+        return _summary(_resolve(session, ref, dataset))
+
+
+def get_version(ref: str, dataset: str | None = None, *, store: MetadataStore | None = None) -> dict[str, Any]:
+    """One version in full: its summary, manifest, class/split counts, parent and invalid files."""
+    store = store or open_store()
+    with store.session() as session:
+        v = _resolve(session, ref, dataset)
+        out = _summary(v)
+        manifest = json.loads(v.manifest)
+        out["manifest"] = manifest
+        out["classes"] = manifest.get("classes", [])
+        out["counts"] = manifest.get("counts", {})
+        out["mean"] = manifest.get("mean", [])
+        out["std"] = manifest.get("std", [])
+        parent = session.get(DatasetVersion, v.parent_id) if v.parent_id else None
+        out["parent"] = _summary(parent) if parent else None
+        out["invalid_files"] = _invalid(session, v.version_id)
+        return out
+
+
+def _invalid(session: Session, version_id: str) -> list[dict[str, Any]]:
+    rows = session.scalars(
+        select(VersionInvalid).where(VersionInvalid.version_id == version_id).order_by(VersionInvalid.path, VersionInvalid.line)
+    )
+    return [{"path": r.path, "md5": r.md5, "line": r.line, "reason": r.reason} for r in rows]
+
+
+def invalid_files(version_ref: str, dataset: str | None = None, *, store: MetadataStore | None = None) -> list[dict[str, Any]]:
+    store = store or open_store()
+    with store.session() as session:
+        return _invalid(session, _resolve(session, version_ref, dataset).version_id)
+
+
+def _paths(session: Session, version_id: str) -> dict[str, tuple[str, str | None]]:
+    out: dict[str, tuple[str, str | None]] = {}
+    rows = session.execute(
+        select(VersionSample.path, VersionSample.md5, VersionSample.label)
+        .where(VersionSample.version_id == version_id)
+        .order_by(VersionSample.idx)
+    )
+    for path, md5, label in rows:
+        out.setdefault(path, (md5, label))
+    return out
+
+
+def diff_versions(a: str, b: str, *, dataset: str | None = None, limit: int | None = None, store: MetadataStore | None = None) -> dict[str, Any]:
+    """What changed from version ``a`` to version ``b``, by lake path: added, removed and
+    changed (other md5 or label) files, each with its md5(s)."""
+    from pipeline.datasets.build import path_diff
+
+    store = store or open_store()
+    with store.session() as session:
+        va = _resolve(session, a, dataset)
+        vb = _resolve(session, b, dataset)
+        old = _paths(session, va.version_id)
+        new = _paths(session, vb.version_id)
+    d = path_diff(old, new)
+    cut = (lambda xs: xs[:limit]) if limit is not None else (lambda xs: xs)
+    return {
+        "a": _brief(va),
+        "b": _brief(vb),
+        "counts": {k: len(v) for k, v in d.items()},
+        "added": [{"path": p, "md5": new[p][0], "label": new[p][1]} for p in cut(d["added"])],
+        "removed": [{"path": p, "md5": old[p][0], "label": old[p][1]} for p in cut(d["removed"])],
+        "changed": [
+            {"path": p, "old_md5": old[p][0], "new_md5": new[p][0], "old_label": old[p][1], "new_label": new[p][1]}
+            for p in cut(d["changed"])
+        ],
+    }
+
+
+def _brief(v: DatasetVersion) -> dict[str, Any]:
+    return {"dataset": v.dataset, "version_id": v.version_id, "tag": v.tag, "created_at": v.created_at.isoformat()}
+
+
+def versions_containing(path_or_md5: str, *, limit: int = 500, store: MetadataStore | None = None) -> list[dict[str, Any]]:
+    """Committed versions that hold a lake path (exact) or a content md5, newest first; one
+    entry per (version, path)."""
+    store = store or open_store()
+    key = path_or_md5.strip()
+    cond = VersionSample.md5 == key.lower() if _MD5.fullmatch(key) else VersionSample.path == key.lstrip("/")
+    query = (
+        select(
+            DatasetVersion.dataset, DatasetVersion.version_id, DatasetVersion.tag, DatasetVersion.created_at,
+            VersionSample.path, VersionSample.md5, VersionSample.label, VersionSample.split, VersionSample.duplicate,
+            func.min(VersionSample.idx),
+        )
+        .join(DatasetVersion, DatasetVersion.version_id == VersionSample.version_id)
+        .where(cond, DatasetVersion.status == VERSION_COMMITTED)
+        .group_by(
+            DatasetVersion.dataset, DatasetVersion.version_id, DatasetVersion.tag, DatasetVersion.created_at,
+            VersionSample.path, VersionSample.md5, VersionSample.label, VersionSample.split, VersionSample.duplicate,
+        )
+        .order_by(DatasetVersion.created_at.desc(), VersionSample.path)
+        .limit(limit)
+    )
+    with store.session() as session:
+        return [
+            {
+                "dataset": ds, "version_id": vid, "tag": tag, "created_at": created.isoformat(),
+                "path": path, "md5": md5, "label": label, "split": split, "duplicate": bool(dup), "index": int(idx),
+            }
+            for ds, vid, tag, created, path, md5, label, split, dup, idx in session.execute(query)
+        ]
