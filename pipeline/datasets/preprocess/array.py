@@ -28,7 +28,26 @@ class ArrayPreprocessor:
         )
 
 
+def _sniff(abspath: str) -> None:
+    """Name what a non-.npy file is: np.load would call anything without the magic a pickle."""
+    try:
+        with open(abspath, "rb") as fh:
+            head = fh.read(6)
+    except OSError as exc:
+        raise InvalidInput(f"unreadable .npy file: {exc.strerror or exc}") from None
+    if not head:
+        raise InvalidInput("empty .npy file (0 bytes)")
+    if head.startswith(b"\x93NUMPY"):
+        return
+    if head.startswith(b"PK"):
+        raise InvalidInput("not a .npy file (an .npz archive)")
+    if head[0] == 0x80:  # pickle protocol 2+ opcode
+        raise InvalidInput(PICKLE_REASON)
+    raise InvalidInput("not a readable .npy file (no NumPy magic header)")
+
+
 def load_array(abspath: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    _sniff(abspath)
     try:
         loaded = np.load(abspath, allow_pickle=False, mmap_mode=None)
     except ValueError as exc:
