@@ -1,7 +1,270 @@
-"""CLI commands of the datasets area (build, versions, show, diff, contains, export, gc)."""
+"""CLI commands of the datasets area: build, versions, show, diff, contains, export, gc.
+
+Listings come from the metadata store (never from the version folders); heavy modules are
+imported inside each command so that ``laketrain --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
+def _cli():
+    from pipeline import cli
+
+    return cli
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from pipeline.datasets.manifest import ManifestError, VersionNotFound
+    from pipeline.datasets.recipes import RecipeError
+
+    return (VersionNotFound, ManifestError, RecipeError, FileExistsError, FileNotFoundError, ValueError)
+
+
+def build_cmd(
+    dataset: Annotated[str, typer.Argument(help="The lake folder to build.")],
+    workers: Annotated[int | None, typer.Option(help="Processes that decode shards (default: HASH_WORKERS).")] = None,
+    max_files: Annotated[int, typer.Option(help="Files per shard.")] = 512,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the build report as JSON.")] = False,
+) -> None:
+    """Scan DATASET, decode what is new, and publish a version (or report no change)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from pipeline.datasets.build import run_build
+
+    cli = _cli()
+    show_bar = cli.console.is_terminal and not as_json
+    progress = Progress("decoding", BarColumn(), MofNCompleteColumn(), "files", TimeRemainingColumn(), disable=not show_bar)
+    task = progress.add_task("decode", total=None)
+    try:
+        with progress:
+            report = run_build(
+                dataset,
+                workers=workers,
+                max_files=max_files,
+                on_plan=lambda shards: progress.update(task, total=sum(len(s.files) for s in shards)),
+                on_shard=lambda ref: progress.advance(task, ref.n_files),
+            )
+    except _known_errors() as exc:
+        cli.fail(str(exc))
+    if as_json:
+        cli.print_json(report.to_dict())
+        return
+    v = report.version
+    cli.console.print(
+        f"{report.shards} shard(s), {report.decoded} file(s) decoded, {report.invalid} invalid, "
+        f"{report.reused_segments} segment(s) reused",
+        highlight=False,
+    )
+    if v is None:
+        cli.console.print(f"no change: [bold]{dataset}[/] is up to date")
+        return
+    cli.console.print(
+        f"published [bold green]{v.tag}[/] ({v.version_id[:12]}): {v.samples} samples "
+        f"(train {v.train} / val {v.val}), +{v.added} −{v.removed} ~{v.changed} vs "
+        f"{(v.parent_id or 'nothing')[:12]}",
+        highlight=False,
+    )
+
+
+def versions_cmd(
+    dataset: Annotated[str | None, typer.Argument(help="Only this dataset.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List dataset versions, newest first."""
+    from rich.table import Table
+
+    from pipeline.datasets.queries import list_versions
+
+    cli = _cli()
+    rows = list_versions(dataset, limit=limit)
+    if as_json:
+        cli.print_json(rows)
+        return
+    table = Table(title=f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""))
+    for col, justify in (("id", "left"), ("tag", "left"), ("created", "left"), ("samples", "right"),
+                         ("train/val", "right"), ("+added", "right"), ("−removed", "right"), ("~changed", "right"),
+                         ("invalid", "right"), ("status", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(
+            r["short_id"], r["tag"], r["created_at"][:19].replace("T", " "), str(r["samples"]),
+            f"{r['train']}/{r['val']}", f"+{r['added']}", f"−{r['removed']}", f"~{r['changed']}",
+            str(r["invalid"]), r["status"],
+        )
+    cli.console.print(table)
+
+
+def show_cmd(
+    version: Annotated[str, typer.Argument(help="Id, unique id prefix or tag.")],
+    dataset: Annotated[str | None, typer.Option(help="Dataset (needed for 'latest').")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show one version: manifest, class and split counts, invalid files, parent."""
+    from rich.table import Table
+
+    from pipeline.datasets.queries import get_version
+
+    cli = _cli()
+    try:
+        v = get_version(version, dataset)
+    except _known_errors() as exc:
+        cli.fail(str(exc))
+    if as_json:
+        cli.print_json(v)
+        return
+    c = cli.console
+    c.print(f"[bold]{v['tag']}[/]  {v['version_id']}", highlight=False)
+    parent = v["parent"]
+    c.print(f"dataset {v['dataset']}, created {v['created_at']}, format {v['format']}, status {v['status']}", highlight=False)
+    c.print(f"parent: {parent['tag'] if parent else '(none)'}   diff: +{v['added']} −{v['removed']} ~{v['changed']}", highlight=False)
+    m = v["manifest"]
+    c.print(f"recipe {m['recipe_hash'][:12]} ({m['modality']}, sample {m['sample_shape']} {m['sample_dtype']})", highlight=False)
+    c.print(f"mean {v['mean']}  std {v['std']}", highlight=False)
+    counts = v["counts"]
+    table = Table(title=f"{counts['samples']} samples from {counts['files']} files ({counts.get('duplicates', 0)} duplicates)")
+    table.add_column("class")
+    table.add_column("train", justify="right")
+    table.add_column("val", justify="right")
+    per = counts["per_split"]
+    for cls in sorted(set(per["train"]["classes"]) | set(per["val"]["classes"])):
+        table.add_row(cls or "(none)", str(per["train"]["classes"].get(cls, 0)), str(per["val"]["classes"].get(cls, 0)))
+    table.add_row("[bold]total[/]", str(counts["train"]), str(counts["val"]))
+    c.print(table)
+    if v["invalid_files"]:
+        bad = Table(title=f"{len(v['invalid_files'])} invalid file(s) / line(s) left out")
+        bad.add_column("path", overflow="fold")
+        bad.add_column("line", justify="right")
+        bad.add_column("reason", overflow="fold")
+        for r in v["invalid_files"]:
+            bad.add_row(r["path"], str(r["line"] or ""), r["reason"])
+        c.print(bad)
+
+
+def diff_cmd(
+    a: Annotated[str, typer.Argument(help="Older version (id, prefix or tag).")],
+    b: Annotated[str, typer.Argument(help="Newer version (id, prefix or tag).")],
+    limit: Annotated[int, typer.Option(help="List at most this many paths per kind.")] = 200,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Samples added, removed and changed from A to B, by lake path and md5."""
+    from pipeline.datasets.queries import diff_versions
+
+    cli = _cli()
+    try:
+        d = diff_versions(a, b, limit=None if as_json else limit)
+    except _known_errors() as exc:
+        cli.fail(str(exc))
+    if as_json:
+        cli.print_json(d)
+        return
+    c = cli.console
+    n = d["counts"]
+    c.print(f"{d['a']['tag']} → {d['b']['tag']}: +{n['added']} added, −{n['removed']} removed, ~{n['changed']} changed", highlight=False)
+    for r in d["added"]:
+        c.print(f"  [green]+ {r['path']}[/]  {r['md5']}", highlight=False)
+    for r in d["removed"]:
+        c.print(f"  [red]− {r['path']}[/]  {r['md5']}", highlight=False)
+    for r in d["changed"]:
+        c.print(f"  [yellow]~ {r['path']}[/]  {r['old_md5']} → {r['new_md5']}", highlight=False)
+    shown = len(d["added"]) + len(d["removed"]) + len(d["changed"])
+    if shown < sum(n.values()):
+        c.print(f"  … {sum(n.values()) - shown} more (use --limit or --json)")
+
+
+def contains_cmd(
+    path_or_md5: Annotated[str, typer.Argument(help="A lake path (dataset/...) or a 32-digit md5.")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Which versions hold a file (by lake path or by md5)."""
+    from rich.table import Table
+
+    from pipeline.datasets.queries import versions_containing
+
+    cli = _cli()
+    rows = versions_containing(path_or_md5)
+    if as_json:
+        cli.print_json(rows)
+        return
+    if not rows:
+        cli.console.print(f"no version contains {path_or_md5}")
+        raise typer.Exit(1)
+    table = Table(title=f"{len({r['version_id'] for r in rows})} version(s) contain {path_or_md5}")
+    for col in ("tag", "created", "path", "md5", "label", "split", "index"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["tag"], r["created_at"][:19], r["path"], r["md5"], str(r["label"]), r["split"], str(r["index"]))
+    cli.console.print(table)
+
+
+def export_cmd(
+    version: Annotated[str, typer.Argument(help="Id, unique id prefix or tag.")],
+    dest: Annotated[Path, typer.Argument(help="A new folder to write.")],
+    fmt: Annotated[str, typer.Option("--format", help="npy or zarr.")] = "npy",
+    dataset: Annotated[str | None, typer.Option(help="Dataset (needed for 'latest').")] = None,
+    split: Annotated[str | None, typer.Option(help="Only 'train' or 'val'.")] = None,
+) -> None:
+    """Write a self-contained copy of a version, readable with plain numpy or zarr."""
+    from pipeline.datasets.export import export_version, open_ref
+
+    cli = _cli()
+    try:
+        reader = open_ref(version, dataset=dataset)
+        if split:
+            reader = reader.split(split)
+        summary = export_version(reader, dest, fmt=fmt)
+    except _known_errors() as exc:
+        cli.fail(str(exc))
+    cli.console.print(f"exported {summary['samples']} samples of {summary['tag']} to {dest} ({fmt})", highlight=False)
+
+
+def gc_cmd(
+    keep_last: Annotated[int | None, typer.Option(help="Keep the newest N versions of each dataset (default: all).")] = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Delete; without it, only report.")] = False,
+    min_age: Annotated[float, typer.Option(help="Leave anything younger than this many seconds.")] = 3600.0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Delete old versions and unreferenced segments (a dry run unless --apply)."""
+    from pipeline.datasets.gc import collect
+
+    cli = _cli()
+    try:
+        plan = collect(keep_last=keep_last, apply=apply, min_age_s=min_age)
+    except _known_errors() as exc:
+        cli.fail(str(exc))
+    if as_json:
+        cli.print_json(plan.to_dict())
+        return
+    verb = "deleted" if plan.applied else "would delete"
+    c = cli.console
+    c.print(
+        f"{verb}: {len(plan.versions)} version(s), {len(plan.segments)} segment(s) "
+        f"({plan.bytes / 1e6:.1f} MB), {len(plan.leftovers)} leftover folder(s)",
+        highlight=False,
+    )
+    for v in plan.versions:
+        c.print(f"  version {v['tag']}", highlight=False)
+    for s in plan.segments:
+        c.print(f"  segment {s['path']} ({s['bytes'] / 1e6:.1f} MB)", highlight=False)
+    for rel in plan.leftovers:
+        c.print(f"  leftover {rel}", highlight=False)
+    for vid in plan.kept_for_runs:
+        c.print(f"  kept {vid[:12]}: used by a training run", highlight=False)
+    if not plan.applied:
+        c.print("dry run: add --apply to delete")
+
+
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the ``laketrain`` app."""
+    app.command("build")(build_cmd)
+    app.command("versions")(versions_cmd)
+    app.command("show")(show_cmd)
+    app.command("diff")(diff_cmd)
+    app.command("contains")(contains_cmd)
+    app.command("export")(export_cmd)
+    app.command("gc")(gc_cmd)

@@ -1,0 +1,193 @@
+"""Garbage collection of versions and segments. A dry run unless ``apply=True``.
+
+What may go:
+- versions beyond the newest ``keep_last`` of each dataset (none when ``keep_last`` is None),
+  EXCEPT any version a training run used (``training_runs.version_id``);
+- segments that no kept version references (their processed samples are forgotten with them,
+  so a later build decodes those files again rather than pointing at missing rows); segments
+  with no rows are kept, since they only hold invalid verdicts and cost nothing;
+- leftovers of killed builds: segment temp folders, version staging folders, segment folders
+  and version folders that the store never recorded.
+Anything younger than ``min_age_s`` is left alone: it may belong to a build in flight.
+
+``apply`` takes every dataset's lock row first, so no commit can pick a segment while gc
+deletes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, inspect, select, text, update
+from sqlalchemy.orm import Session
+
+from pipeline.datasets import manifest as mf
+from pipeline.datasets.build import delete_processed_for_segments
+from pipeline.datasets.segments import clean_stale_temps
+from pipeline.metadata.base import utcnow
+from pipeline.metadata.datasets import (
+    VERSION_COMMITTED,
+    VERSION_DELETED,
+    DatasetLock,
+    DatasetVersion,
+    Segment,
+    VersionInvalid,
+    VersionSample,
+    VersionSegment,
+)
+from pipeline.metadata.store import MetadataStore, open_store
+
+DEFAULT_MIN_AGE_S = 3600.0
+
+
+@dataclass
+class GcPlan:
+    keep_last: int | None
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)
+    kept_for_runs: list[str] = field(default_factory=list)
+    bytes: int = 0
+    applied: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "keep_last": self.keep_last, "applied": self.applied, "bytes": self.bytes,
+            "versions": self.versions, "segments": self.segments, "leftovers": self.leftovers,
+            "kept_for_runs": self.kept_for_runs,
+        }
+
+
+def run_versions(session: Session) -> set[str]:
+    """Version ids that any training run used; empty when runs are not recorded here."""
+    conn = session.connection()
+    if not inspect(conn).has_table("training_runs"):
+        return set()
+    return {r[0] for r in conn.execute(text("SELECT DISTINCT version_id FROM training_runs")) if r[0]}
+
+
+def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: float) -> GcPlan:
+    plan = GcPlan(keep_last)
+    used = run_versions(session)
+    versions = list(session.scalars(
+        select(DatasetVersion).where(DatasetVersion.status == VERSION_COMMITTED)
+        .order_by(DatasetVersion.dataset, DatasetVersion.created_at.desc(), DatasetVersion.version_id)
+    ))
+    kept: set[str] = set()
+    rank: dict[str, int] = {}
+    for v in versions:
+        n = rank.get(v.dataset, 0)
+        rank[v.dataset] = n + 1
+        if keep_last is None or n < keep_last:
+            kept.add(v.version_id)
+        elif v.version_id in used:
+            kept.add(v.version_id)
+            plan.kept_for_runs.append(v.version_id)
+        else:
+            plan.versions.append({"dataset": v.dataset, "version_id": v.version_id, "tag": v.tag, "path": v.path})
+    kept_segments: set[str] = set()
+    kept_list = sorted(kept)
+    for i in range(0, len(kept_list), 500):
+        kept_segments.update(session.scalars(
+            select(VersionSegment.segment_id).where(VersionSegment.version_id.in_(kept_list[i : i + 500]))
+        ))
+    now = time.time()
+    known: set[str] = set()
+    for seg in session.scalars(select(Segment)):
+        known.add(seg.path)
+        if seg.segment_id in kept_segments or seg.n_rows == 0:
+            continue
+        if now - seg.created_at.timestamp() < min_age_s:
+            continue
+        plan.segments.append({"segment_id": seg.segment_id, "path": seg.path, "bytes": seg.size_bytes, "recorded": True})
+        plan.bytes += seg.size_bytes
+    # Segment folders the store never recorded (a build killed between rename and record).
+    seg_root = data_root / "segments"
+    for rh_dir in sorted(seg_root.iterdir()) if seg_root.is_dir() else []:
+        if not rh_dir.is_dir():
+            continue
+        for folder in sorted(rh_dir.iterdir()):
+            rel = f"segments/{rh_dir.name}/{folder.name}"
+            if folder.name.startswith(".") or rel in known or not _old(folder, now, min_age_s):
+                continue
+            size = _du(folder)
+            plan.segments.append({"segment_id": folder.name, "path": rel, "bytes": size, "recorded": False})
+            plan.bytes += size
+    # Version folders: staging leftovers, and published folders never recorded as committed.
+    recorded = set(session.scalars(select(DatasetVersion.path).where(DatasetVersion.status == VERSION_COMMITTED)))
+    ds_root = mf.datasets_root(data_root)
+    for ds_dir in sorted(ds_root.iterdir()) if ds_root.is_dir() else []:
+        if not ds_dir.is_dir():
+            continue
+        for folder in sorted(ds_dir.iterdir()):
+            if not folder.is_dir():
+                continue
+            rel = f"datasets/{ds_dir.name}/{folder.name}"
+            stale_staging = folder.name.startswith(mf.STAGING_PREFIX)
+            unrecorded = not folder.name.startswith(".") and rel not in recorded
+            if (stale_staging or unrecorded) and _old(folder, now, min_age_s):
+                plan.leftovers.append(rel)
+    return plan
+
+
+def _old(path: Path, now: float, min_age_s: float) -> bool:
+    try:
+        return now - path.stat().st_mtime >= min_age_s
+    except FileNotFoundError:
+        return False
+
+
+def _du(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def collect(
+    *,
+    keep_last: int | None = None,
+    apply: bool = False,
+    min_age_s: float = DEFAULT_MIN_AGE_S,
+    store: MetadataStore | None = None,
+    data_root: Path | None = None,
+) -> GcPlan:
+    """Plan (and with ``apply``, carry out) a garbage collection; return what it covers."""
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"--keep-last must be at least 1 (got {keep_last})")
+    if data_root is None:
+        from pipeline.settings import get_settings
+
+        data_root = get_settings().data_root
+    data_root = Path(data_root)
+    store = store or open_store()
+    if not apply:
+        with store.session() as session:
+            return _plan(session, data_root, keep_last, min_age_s)
+    with store.session() as session:
+        # Every dataset's lock row: commits wait until gc is done.
+        session.execute(update(DatasetLock).values(holder="gc", since=utcnow()))
+        plan = _plan(session, data_root, keep_last, min_age_s)
+        now = utcnow()
+        for v in plan.versions:
+            vid = v["version_id"]
+            session.execute(
+                update(DatasetVersion).where(DatasetVersion.version_id == vid)
+                .values(status=VERSION_DELETED, deleted_at=now)
+            )
+            session.execute(delete(VersionSample).where(VersionSample.version_id == vid))
+            session.execute(delete(VersionInvalid).where(VersionInvalid.version_id == vid))
+            session.execute(delete(VersionSegment).where(VersionSegment.version_id == vid))
+        delete_processed_for_segments(session, [s["segment_id"] for s in plan.segments if s["recorded"]])
+    # Files go only once the rows are gone for good: a crash in between leaves unrecorded
+    # folders, which the next gc collects as leftovers.
+    for v in plan.versions:
+        shutil.rmtree(data_root / v["path"], ignore_errors=True)
+    for s in plan.segments:
+        shutil.rmtree(data_root / s["path"], ignore_errors=True)
+    for rel in plan.leftovers:
+        shutil.rmtree(data_root / rel, ignore_errors=True)
+    clean_stale_temps(data_root)
+    plan.applied = True
+    return plan
