@@ -68,6 +68,8 @@ def decode_image(abspath: str, spec: ImageShape) -> np.ndarray:
             else str(exc)
         )
         raise InvalidInput(f"decompression bomb: {detail}") from None
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+        raise InvalidInput(f"unreadable file: {exc.strerror or exc}") from None
     except UnidentifiedImageError:
         raise InvalidInput(
             "not an image file (not a readable PNG, JPEG, BMP, WebP or TIFF)"
