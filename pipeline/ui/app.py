@@ -1,0 +1,68 @@
+"""The FastAPI app of the Datasets page: HTML pages at its root, the JSON API under /api.
+
+It has no Airflow import: the plugin passes Airflow's auth dependency in, and that dependency
+guards every route (pages, API, stylesheet). The interactive docs and the OpenAPI schema are
+switched off — they would be public otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from pipeline.metadata.store import MetadataStore
+from pipeline.ui import data, pages
+from pipeline.ui.api import build_router
+
+STATIC = Path(__file__).parent / "static"
+STATIC_FILES = {"style.css": "text/css", "icon.svg": "image/svg+xml"}
+
+
+def default_store() -> MetadataStore:
+    """The settings' metadata store, opened on first use (never at import: Airflow's scheduler
+    and workers import the plugin too, and have no business opening our store)."""
+    from pipeline.metadata.store import open_store
+
+    return open_store()
+
+
+def create_app(
+    auth: Callable[..., Any], *, get_store: Callable[[], MetadataStore] = default_store
+) -> FastAPI:
+    """The app; ``auth`` is a FastAPI dependency that raises 401/403 for a bad caller."""
+    app = FastAPI(
+        title="laketrain datasets",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=[Depends(auth)],
+    )
+    app.include_router(build_router(get_store), prefix="/api")
+
+    @app.exception_handler(data.NotFound)
+    def _not_found(request: Request, exc: data.NotFound) -> Response:
+        if request.url.path.startswith(_prefix(request) + "/api/"):
+            return JSONResponse({"detail": str(exc)}, status_code=404)
+        return pages.render(request, "error.html", status_code=404, message=str(exc))
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        # A fixed list, not a folder mount: nothing else can be read through this route.
+        if name not in STATIC_FILES:
+            return JSONResponse({"detail": "not found"}, status_code=404)
+        return Response(
+            (STATIC / name).read_bytes(),
+            media_type=STATIC_FILES[name],
+            headers={"Cache-Control": "private, max-age=300"},
+        )
+
+    pages.add_routes(app, get_store)
+    return app
+
+
+def _prefix(request: Request) -> str:
+    return request.scope.get("root_path", "").rstrip("/")

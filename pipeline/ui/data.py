@@ -1,0 +1,533 @@
+"""Read queries behind the Datasets page and its JSON API.
+
+Everything here reads the metadata store only (never version folders), returns JSON-safe dicts,
+and is shaped for pages of a fixed size: one query per listing plus one batched query for the
+runs of the whole page — never one query per version — so a page costs the same with 100
+versions of 100,000 samples as with 3.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from pipeline.metadata.datasets import DatasetVersion, VersionInvalid, VersionSample
+from pipeline.metadata.store import MetadataStore
+
+MAX_LIMIT = 500
+_MD5 = re.compile(r"^[0-9a-fA-F]{32}$")
+
+
+class NotFound(LookupError):
+    """A version reference that matches nothing (or, for a prefix, more than one version)."""
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def clamp(limit: int, offset: int) -> tuple[int, int]:
+    """Keep a client's paging inside sane bounds (a huge limit would defeat pagination)."""
+    return max(1, min(int(limit), MAX_LIMIT)), max(0, int(offset))
+
+
+def version_summary(v: DatasetVersion) -> dict[str, Any]:
+    return {
+        "dataset": v.dataset,
+        "version_id": v.version_id,
+        "tag": v.tag,
+        "parent_id": v.parent_id,
+        "created_at": _iso(v.created_at),
+        "status": v.status,
+        "format": v.format,
+        "samples": v.samples,
+        "train": v.train,
+        "val": v.val,
+        "files": v.files,
+        "invalid": v.invalid,
+        "added": v.added,
+        "removed": v.removed,
+        "changed": v.changed,
+    }
+
+
+# --- resolving a reference ------------------------------------------------------------------
+
+
+def resolve(session: Session, ref: str, dataset: str | None = None) -> DatasetVersion:
+    """A version by id, tag, unique id prefix, or ``latest`` (newest committed of ``dataset``)."""
+    ref = (ref or "").strip()
+    if not ref:
+        raise NotFound("empty version reference")
+    scope = select(DatasetVersion)
+    if dataset:
+        scope = scope.where(DatasetVersion.dataset == dataset)
+    if ref == "latest":
+        if not dataset:
+            raise NotFound("'latest' needs a dataset")
+        found = session.scalars(
+            scope.where(DatasetVersion.status == "committed")
+            .order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id.desc())
+            .limit(1)
+        ).first()
+        if found is None:
+            raise NotFound(f"dataset {dataset!r} has no committed version")
+        return found
+    exact = session.scalars(
+        scope.where(or_(DatasetVersion.version_id == ref, DatasetVersion.tag == ref))
+    ).first()
+    if exact is not None:
+        return exact
+    if re.fullmatch(r"[0-9a-f]{4,63}", ref):
+        # The upper bound makes the prefix match a range scan on the primary key.
+        upper = ref[:-1] + chr(ord(ref[-1]) + 1)
+        found = session.scalars(
+            scope.where(DatasetVersion.version_id >= ref, DatasetVersion.version_id < upper).limit(
+                2
+            )
+        ).all()
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise NotFound(f"version prefix {ref!r} is ambiguous")
+    raise NotFound(f"no version {ref!r}" + (f" in dataset {dataset!r}" if dataset else ""))
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+def runs_for_versions(session: Session, version_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The training runs of each version, in ONE query for the whole page.
+
+    The runs table belongs to the trainer's part; until its model exists this returns no runs.
+    """
+    out: dict[str, list[dict[str, Any]]] = {vid: [] for vid in version_ids}
+    model = _run_model()
+    if model is None or not version_ids:
+        return out
+    rows = session.scalars(
+        select(model)
+        .where(model.version_id.in_(version_ids))
+        .order_by(model.started_at.desc() if hasattr(model, "started_at") else model.run_id)
+    ).all()
+    for r in rows:
+        out.setdefault(r.version_id, []).append(run_dict(r))
+    return out
+
+
+def run_dict(r: Any) -> dict[str, Any]:
+    get = lambda name: getattr(r, name, None)  # noqa: E731 — tolerate optional columns
+    return {
+        "run_id": r.run_id,
+        "status": get("status"),
+        "best_metric": get("best_metric"),
+        "metric_name": get("metric_name"),
+        "dag_id": get("dag_id"),
+        "dag_run_id": get("dag_run_id"),
+        "launcher": get("launcher"),
+        "started_at": _iso(get("started_at")),
+        "finished_at": _iso(get("finished_at")),
+        "checkpoint_url": get("checkpoint_url"),
+    }
+
+
+def _run_model() -> Any:
+    """The ORM class of the runs table (mapped with a ``version_id`` column), if it exists."""
+    from pipeline.metadata import runs as runs_mod
+
+    for obj in vars(runs_mod).values():
+        table = getattr(obj, "__table__", None)
+        if table is not None and "run_id" in table.c and "version_id" in table.c:
+            return obj
+    return None
+
+
+# --- listings -------------------------------------------------------------------------------
+
+
+def list_datasets(store: MetadataStore) -> list[dict[str, Any]]:
+    """Every dataset with its version count and newest version, in two queries."""
+    with store.session() as s:
+        rows = s.execute(
+            select(
+                DatasetVersion.dataset,
+                func.count().label("versions"),
+                func.max(DatasetVersion.created_at).label("latest_at"),
+            )
+            .group_by(DatasetVersion.dataset)
+            .order_by(DatasetVersion.dataset)
+        ).all()
+        newest = aliased(DatasetVersion)
+        latest_sub = (
+            select(newest.dataset, func.max(newest.created_at).label("at"))
+            .where(newest.status == "committed")
+            .group_by(newest.dataset)
+            .subquery()
+        )
+        latest = {
+            v.dataset: v
+            for v in s.scalars(
+                select(DatasetVersion).join(
+                    latest_sub,
+                    and_(
+                        DatasetVersion.dataset == latest_sub.c.dataset,
+                        DatasetVersion.created_at == latest_sub.c.at,
+                    ),
+                )
+            )
+        }
+        return [
+            {
+                "name": r.dataset,
+                "versions": r.versions,
+                "latest": version_summary(latest[r.dataset]) if r.dataset in latest else None,
+            }
+            for r in rows
+        ]
+
+
+def list_versions(
+    store: MetadataStore, dataset: str | None = None, *, limit: int = 25, offset: int = 0
+) -> dict[str, Any]:
+    """Versions newest first, one page of them, each with the runs that trained on it."""
+    limit, offset = clamp(limit, offset)
+    with store.session() as s:
+        where = [DatasetVersion.dataset == dataset] if dataset else []
+        total = s.scalar(select(func.count()).select_from(DatasetVersion).where(*where)) or 0
+        versions = s.scalars(
+            select(DatasetVersion)
+            .where(*where)
+            .order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id.desc())
+            .limit(limit)
+            .offset(offset)
+        ).all()
+        runs = runs_for_versions(s, [v.version_id for v in versions])
+    items = []
+    for v in versions:
+        item = version_summary(v)
+        item["runs"] = runs.get(v.version_id, [])
+        item["best_metric"] = _best(item["runs"])
+        items.append(item)
+    return {"dataset": dataset, "total": total, "limit": limit, "offset": offset, "items": items}
+
+
+def _best(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    scored = [r for r in runs if r.get("best_metric") is not None]
+    if not scored:
+        return None
+    # Accuracy-like metrics are better high; a loss is better low.
+    low = "loss" in (scored[0].get("metric_name") or "").lower()
+    best = (min if low else max)(scored, key=lambda r: r["best_metric"])
+    return {
+        "run_id": best["run_id"],
+        "value": best["best_metric"],
+        "metric_name": best["metric_name"],
+    }
+
+
+# --- one version ----------------------------------------------------------------------------
+
+
+def manifest_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The parts of manifest.json worth a glance (not the per-segment list)."""
+    keep: dict[str, Any] = {}
+    for key in (
+        "format_version",
+        "modality",
+        "format",
+        "sample_shape",
+        "sample_dtype",
+        "classes",
+        "mean",
+        "std",
+        "recipe_hash",
+        "created_at",
+    ):
+        if key in manifest:
+            keep[key] = manifest[key]
+    counts = manifest.get("counts")
+    if isinstance(counts, dict):
+        keep["counts"] = {k: v for k, v in counts.items() if k != "per_split"}
+    if isinstance(manifest.get("recipe"), dict):
+        keep["recipe"] = manifest["recipe"]
+    segs = manifest.get("segments")
+    if isinstance(segs, list):
+        keep["segments"] = len(segs)
+        keep["segment_bytes"] = sum(
+            int(x.get("size_bytes") or 0) for x in segs if isinstance(x, dict)
+        )
+    return keep
+
+
+def _parse_manifest(text: str) -> dict[str, Any]:
+    try:
+        m = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return m if isinstance(m, dict) else {}
+
+
+def class_split_counts(
+    session: Session, version_id: str, manifest: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Samples per class and split: from the manifest's per-split counts when it has them
+    (a version of 100,000 samples then costs no scan), else grouped in SQL."""
+    per_split = (
+        (manifest.get("counts") or {}).get("per_split")
+        if isinstance(manifest.get("counts"), dict)
+        else None
+    )
+    by_label: dict[str, dict[str, int]] = {}
+    if isinstance(per_split, dict) and all(
+        isinstance(v, dict) and "classes" in v for v in per_split.values()
+    ):
+        for split, info in per_split.items():
+            for label, n in info["classes"].items():
+                by_label.setdefault(label, {})[split] = int(n)
+    else:
+        rows = session.execute(
+            select(VersionSample.label, VersionSample.split, func.count())
+            .where(VersionSample.version_id == version_id)
+            .group_by(VersionSample.label, VersionSample.split)
+        ).all()
+        for label, split, n in rows:
+            by_label.setdefault(label if label is not None else "", {})[split] = n
+    return [
+        {
+            "label": label,
+            "train": c.get("train", 0),
+            "val": c.get("val", 0),
+            "total": sum(c.values()),
+        }
+        for label, c in sorted(by_label.items())
+    ]
+
+
+def get_version(store: MetadataStore, ref: str, dataset: str | None = None) -> dict[str, Any]:
+    with store.session() as s:
+        v = resolve(s, ref, dataset)
+        out = version_summary(v)
+        out["path"] = v.path
+        out["manifest_sha256"] = v.manifest_sha256
+        out["deleted_at"] = _iso(v.deleted_at)
+        manifest = _parse_manifest(v.manifest)
+        out["manifest"] = manifest_summary(manifest)
+        out["classes"] = class_split_counts(s, v.version_id, manifest)
+        parent = s.get(DatasetVersion, v.parent_id) if v.parent_id else None
+        out["parent"] = {"version_id": parent.version_id, "tag": parent.tag} if parent else None
+        children = s.execute(
+            select(DatasetVersion.version_id, DatasetVersion.tag).where(
+                DatasetVersion.parent_id == v.version_id
+            )
+        ).all()
+        out["children"] = [{"version_id": c[0], "tag": c[1]} for c in children]
+        siblings = s.execute(
+            select(DatasetVersion.version_id, DatasetVersion.tag, DatasetVersion.created_at)
+            .where(DatasetVersion.dataset == v.dataset, DatasetVersion.version_id != v.version_id)
+            .order_by(DatasetVersion.created_at.desc())
+            .limit(200)
+        ).all()
+        out["others"] = [
+            {"version_id": o[0], "tag": o[1], "created_at": _iso(o[2])} for o in siblings
+        ]
+        out["invalid_files"] = invalid_files_in(s, v.version_id, limit=100, offset=0)
+        out["runs"] = runs_for_versions(s, [v.version_id])[v.version_id]
+    out["best_metric"] = _best(out["runs"])
+    out["train_command"] = train_commands(v.dataset, v.version_id)
+    return out
+
+
+def invalid_files_in(
+    session: Session, version_id: str, *, limit: int, offset: int
+) -> dict[str, Any]:
+    limit, offset = clamp(limit, offset)
+    total = session.scalar(
+        select(func.count())
+        .select_from(VersionInvalid)
+        .where(VersionInvalid.version_id == version_id)
+    )
+    rows = session.scalars(
+        select(VersionInvalid)
+        .where(VersionInvalid.version_id == version_id)
+        .order_by(VersionInvalid.path, VersionInvalid.line)
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    return {
+        "total": total or 0,
+        "limit": limit,
+        "offset": offset,
+        "items": [{"path": r.path, "md5": r.md5, "line": r.line, "reason": r.reason} for r in rows],
+    }
+
+
+def invalid_files(
+    store: MetadataStore, ref: str, *, limit: int = 100, offset: int = 0
+) -> dict[str, Any]:
+    with store.session() as s:
+        v = resolve(s, ref)
+        return invalid_files_in(s, v.version_id, limit=limit, offset=offset)
+
+
+def train_commands(dataset: str, version_id: str) -> dict[str, Any]:
+    """How to train on exactly this version: env contract, CLI, and the train DAG's conf."""
+    conf = {"dataset": dataset, "version": version_id, "epochs": 10}
+    return {
+        "env": {"DATASET_NAME": dataset, "DATASET_VERSION": version_id},
+        "shell": f"DATASET_NAME={_sh(dataset)} DATASET_VERSION={version_id} TRAIN_EPOCHS=10 python -m training",
+        "cli": f"laketrain train {_sh(dataset)} --version {version_id} --epochs 10",
+        "dag_id": "train",
+        "dag_conf": conf,
+        "dag_conf_json": json.dumps(conf),
+    }
+
+
+def _sh(word: str) -> str:
+    import shlex
+
+    return shlex.quote(word)
+
+
+# --- diff -----------------------------------------------------------------------------------
+
+
+def diff_versions(
+    store: MetadataStore, a: str, b: str, *, limit: int = 100, offset: int = 0
+) -> dict[str, Any]:
+    """What changed from version ``a`` to ``b``, by path: counts of all, one page of each kind.
+
+    Each side is an indexed range on (version_id, path); the anti-joins run in the database.
+    """
+    limit, offset = clamp(limit, offset)
+    with store.session() as s:
+        va, vb = resolve(s, a), resolve(s, b)
+        # One row per path on each side: a table file or an augmented image has several sample
+        # rows under one path, and the diff is by path (first row's md5/label, as the build's).
+        A, B = _by_path(va.version_id, "a"), _by_path(vb.version_id, "b")
+        only_b = (
+            select(B.c.path, B.c.md5, B.c.label, B.c.split)
+            .outerjoin(A, A.c.path == B.c.path)
+            .where(A.c.path.is_(None))
+        )
+        only_a = (
+            select(A.c.path, A.c.md5, A.c.label, A.c.split)
+            .outerjoin(B, B.c.path == A.c.path)
+            .where(B.c.path.is_(None))
+        )
+        changed = (
+            select(
+                B.c.path,
+                A.c.md5.label("old_md5"),
+                B.c.md5,
+                A.c.label.label("old_label"),
+                B.c.label,
+                B.c.split,
+            )
+            .join(A, A.c.path == B.c.path)
+            .where(or_(A.c.md5 != B.c.md5, _differ(A.c.label, B.c.label)))
+        )
+
+        def page(q: Any) -> list[dict[str, Any]]:
+            rows = s.execute(q.order_by(q.selected_columns[0]).limit(limit).offset(offset))
+            return [dict(r._mapping) for r in rows]
+
+        def count(q: Any) -> int:
+            return s.scalar(select(func.count()).select_from(q.subquery())) or 0
+
+        return {
+            "a": version_summary(va),
+            "b": version_summary(vb),
+            "limit": limit,
+            "offset": offset,
+            "counts": {"added": count(only_b), "removed": count(only_a), "changed": count(changed)},
+            "added": page(only_b),
+            "removed": page(only_a),
+            "changed": page(changed),
+        }
+
+
+def _by_path(version_id: str, name: str) -> Any:
+    first = (
+        select(VersionSample.path, func.min(VersionSample.idx).label("idx"))
+        .where(VersionSample.version_id == version_id)
+        .group_by(VersionSample.path)
+        .subquery()
+    )
+    return (
+        select(VersionSample.path, VersionSample.md5, VersionSample.label, VersionSample.split)
+        .join(first, and_(VersionSample.path == first.c.path, VersionSample.idx == first.c.idx))
+        .where(VersionSample.version_id == version_id)
+        .subquery(name)
+    )
+
+
+def _differ(x: Any, y: Any) -> Any:
+    """x != y where NULL equals NULL (labels of unlabeled samples)."""
+    return x.is_distinct_from(y)
+
+
+# --- search ---------------------------------------------------------------------------------
+
+
+def versions_containing(store: MetadataStore, q: str, *, limit: int = 200) -> dict[str, Any]:
+    """Which committed versions hold a file, by md5 (32 hex digits) or by exact lake path
+    (the datasets' own query); a path may also be given without its dataset folder."""
+    from pipeline.datasets import queries
+
+    q = (q or "").strip()
+    limit, _ = clamp(limit, 0)
+    if not q:
+        return {"query": q, "kind": None, "matches": []}
+    kind = "md5" if _MD5.match(q) else "path"
+    matches = queries.versions_containing(q, limit=limit, store=store)
+    if not matches and kind == "path":
+        with store.session() as s:
+            names = s.scalars(select(DatasetVersion.dataset).distinct()).all()
+        for name in names:
+            if not q.lstrip("/").startswith(name + "/"):
+                matches += queries.versions_containing(
+                    f"{name}/{q.lstrip('/')}", limit=limit, store=store
+                )
+        matches.sort(key=lambda m: m["created_at"], reverse=True)
+    return {"query": q, "kind": kind, "matches": matches[:limit]}
+
+
+# --- thumbnails -----------------------------------------------------------------------------
+
+
+def thumbnail_rows(
+    store: MetadataStore, ref: str, *, per_class: int = 6, max_classes: int = 20
+) -> tuple[DatasetVersion, list[dict[str, Any]]]:
+    """The first ``per_class`` samples (by index) of each of up to ``max_classes`` labels."""
+    per_class = max(1, min(per_class, 32))
+    with store.session() as s:
+        v = resolve(s, ref)
+        rn = (
+            func.row_number()
+            .over(partition_by=VersionSample.label, order_by=VersionSample.idx)
+            .label("rn")
+        )
+        inner = (
+            select(VersionSample.idx, VersionSample.label, VersionSample.path, rn)
+            .where(VersionSample.version_id == v.version_id)
+            .subquery()
+        )
+        rows = s.execute(
+            select(inner.c.idx, inner.c.label, inner.c.path)
+            .where(inner.c.rn <= per_class)
+            .order_by(inner.c.label, inner.c.idx)
+        ).all()
+    labels: list[str] = []
+    out = []
+    for idx, label, path in rows:
+        if label not in labels:
+            if len(labels) >= max_classes:
+                continue
+            labels.append(label)
+        out.append({"idx": idx, "label": label, "path": path})
+    return v, out
