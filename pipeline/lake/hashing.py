@@ -41,6 +41,68 @@ def _hash_one(item: tuple[str, str]) -> HashResult:
         return HashResult(relpath, None, f"{type(exc).__name__}: {exc.strerror or exc}")
 
 
+class HashPool:
+    """Hash files while the caller is still walking the lake.
+
+    ``add()`` buffers (relpath, abspath) pairs and hands full batches to a process pool that
+    starts only once there are enough files to be worth it; ``results()`` returns one
+    HashResult per added file, in order. Overlapping the walk with hashing keeps a cold scan
+    close to the speed of a bare hashing pool.
+    """
+
+    BATCH = 256
+
+    def __init__(self, workers: int, *, on_progress: Callable[[int], None] | None = None) -> None:
+        self.workers = workers
+        self.on_progress = on_progress
+        self._pending: list[tuple[str, str]] = []
+        self._futures: list[object] = []
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> HashPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def add(self, relpath: str, abspath: str) -> None:
+        self._pending.append((relpath, abspath))
+        if self.workers > 1 and len(self._pending) >= self.BATCH:
+            self._submit()
+
+    def _submit(self) -> None:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+        batch, self._pending = self._pending, []
+        future = self._pool.submit(_hash_batch, batch)
+        if self.on_progress:
+            progress = self.on_progress
+            future.add_done_callback(lambda f, n=len(batch): progress(n))
+        self._futures.append(future)
+
+    def results(self) -> list[HashResult]:
+        if self.workers > 1 and (self._pool is not None or len(self._pending) >= POOL_THRESHOLD):
+            rest, self._pending = self._pending, []
+            step = max(1, -(-len(rest) // self.workers))  # spread the tail over every worker
+            for i in range(0, len(rest), step):
+                self._pending = rest[i : i + step]
+                self._submit()
+        out: list[HashResult] = []
+        for future in self._futures:
+            out.extend(future.result())  # type: ignore[attr-defined]
+        for item in self._pending:  # a small job never started the pool: hash in-process
+            out.append(_hash_one(item))
+            if self.on_progress:
+                self.on_progress(1)
+        self._pending, self._futures = [], []
+        return out
+
+
+def _hash_batch(items: list[tuple[str, str]]) -> list[HashResult]:
+    return [_hash_one(item) for item in items]
+
+
 def hash_files(
     items: Sequence[tuple[str, str]],
     *,

@@ -13,14 +13,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, bindparam, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from pipeline.lake.hashing import hash_files
+from pipeline.lake.hashing import HashPool
 from pipeline.lake.walk import Candidate, Refused, Settling, StatKey, Unlistable, walk_lake
-from pipeline.metadata.base import utcnow
+from pipeline.metadata.base import UTCDateTime, utcnow
 from pipeline.metadata.ledger import (
     STATUS_INVALID,
     STATUS_OK,
@@ -114,8 +115,7 @@ class ScanResult:
         return data
 
 
-@dataclass(slots=True)
-class _Known:
+class _Known(NamedTuple):
     id: int
     key: StatKey | None
     md5: str | None
@@ -163,32 +163,33 @@ def scan(
         seen: set[str] = set()
         unlisted: list[str] = []
         refused: list[Refused] = []
-        for entry in walk_lake(lake, dataset=dataset, settle_seconds=settle):
-            if isinstance(entry, Candidate):
-                seen.add(entry.path)
-                row = known.get(entry.path)
-                if (
-                    row is not None
-                    and not row.deleted
-                    and row.key == entry.key
-                    and row.status in (STATUS_OK, STATUS_INVALID)
-                ):
-                    result.unchanged += 1
-                else:
-                    to_hash.append(entry)
-            elif isinstance(entry, Settling):
-                seen.add(entry.path)  # exists; just not ready
-                result.settling += 1
-            elif isinstance(entry, Refused):
-                seen.add(entry.path)
-                refused.append(entry)
-            elif isinstance(entry, Unlistable):
-                unlisted.append(entry.path)
-                result.unreadable.append((entry.path, entry.reason))
-
-        if on_total:
-            on_total(len(to_hash))
-        hashed = hash_files([(c.path, c.abspath) for c in to_hash], workers=workers, on_progress=on_progress)
+        with HashPool(workers, on_progress=on_progress) as hasher:
+            for entry in walk_lake(lake, dataset=dataset, settle_seconds=settle):
+                if type(entry) is Candidate:
+                    seen.add(entry.path)
+                    row = known.get(entry.path)
+                    if (
+                        row is not None
+                        and not row.deleted
+                        and row.key == entry.key
+                        and row.status in (STATUS_OK, STATUS_INVALID)
+                    ):
+                        result.unchanged += 1
+                    else:
+                        to_hash.append(entry)
+                        hasher.add(entry.path, entry.abspath)
+                elif isinstance(entry, Settling):
+                    seen.add(entry.path)  # exists; just not ready
+                    result.settling += 1
+                elif isinstance(entry, Refused):
+                    seen.add(entry.path)
+                    refused.append(entry)
+                elif isinstance(entry, Unlistable):
+                    unlisted.append(entry.path)
+                    result.unreadable.append((entry.path, entry.reason))
+            if on_total:
+                on_total(len(to_hash))
+            hashed = hasher.results()
 
         vanished = [
             path for path, row in known.items()
@@ -313,17 +314,26 @@ def _take_lock(session: Session, lake_key: str, *, wait: bool) -> None:
 
 
 def _load_ledger(session: Session, dataset: str | None) -> dict[str, _Known]:
-    cols = (
-        LedgerFile.id, LedgerFile.path, LedgerFile.size, LedgerFile.mtime_ns, LedgerFile.ctime_ns,
-        LedgerFile.inode, LedgerFile.md5, LedgerFile.status, LedgerFile.deleted_at,
+    # Plain driver SQL: ORM/Core result processing (timezone-aware datetimes per row) costs
+    # more than the whole walk on a 20k-file no-change rescan.
+    sql = (
+        "SELECT id, path, size, mtime_ns, ctime_ns, inode, md5, status, "
+        "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files"
     )
-    query = select(*cols)
+    params: tuple[object, ...] = ()
     if dataset is not None:
-        query = query.where(LedgerFile.dataset == dataset)
+        sql += " WHERE dataset = %s" if session.connection().dialect.name == "postgresql" else " WHERE dataset = ?"
+        params = (dataset,)
+    cursor = session.connection().connection.cursor()  # the DBAPI cursor, same transaction
+    try:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    finally:
+        cursor.close()
     known: dict[str, _Known] = {}
-    for row_id, path, size, mtime, ctime, inode, md5, status, deleted_at in session.execute(query):
+    for row_id, path, size, mtime, ctime, inode, md5, status, deleted in fetched:
         key = StatKey(size, mtime, ctime, inode) if size is not None else None
-        known[path] = _Known(row_id, key, md5, status, deleted_at is not None)
+        known[path] = _Known(row_id, key, md5, status, bool(deleted))
     return known
 
 
@@ -342,17 +352,48 @@ def _write(
         seen = seen.where(LedgerFile.dataset == dataset)
     session.execute(seen)
     if inserts:
-        session.execute(insert(LedgerFile), inserts)
+        _bulk_insert(session, inserts)
     by_shape: dict[tuple[str, ...], list[dict[str, object]]] = {}
     for u in updates:
         by_shape.setdefault(tuple(sorted(u)), []).append(u)
     table = LedgerFile.__table__
-    from sqlalchemy import bindparam
-
     for shape, rows in by_shape.items():
         values = {k: bindparam(k) for k in shape if k != "row_id"}
         stmt = table.update().where(and_(table.c.id == bindparam("row_id"))).values(values)
         session.connection().execute(stmt, rows)
+
+
+def _bulk_insert(session: Session, rows: list[dict[str, object]]) -> None:
+    """Insert ledger rows through the DBAPI's executemany.
+
+    A cold scan inserts one row per lake file; SQLAlchemy's per-row parameter processing
+    costs more than hashing the files. Values are converted once per distinct value with the
+    column type's own bind processor, so both backends store exactly what the ORM would.
+    """
+    conn = session.connection()
+    dialect = conn.dialect
+    table = LedgerFile.__table__
+    columns = sorted({key for row in rows for key in row})
+    converters = []
+    for i, name in enumerate(columns):
+        proc = table.c[name].type.bind_processor(dialect)
+        if proc is not None:
+            converters.append((i, proc, {}))
+    marker = "?" if dialect.paramstyle == "qmark" else "%s"
+    sql = f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join([marker] * len(columns))})"
+    params = []
+    for row in rows:
+        values = [row.get(c) for c in columns]
+        for i, proc, cache in converters:  # every row of a scan shares one `now`: convert once
+            v = values[i]
+            if v is not None:
+                values[i] = cache[v] if v in cache else cache.setdefault(v, proc(v))
+        params.append(values)
+    cursor = conn.connection.cursor()
+    try:
+        cursor.executemany(sql, params)
+    finally:
+        cursor.close()
 
 
 def _finish_scan_row(row: Scan, result: ScanResult) -> None:

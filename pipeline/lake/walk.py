@@ -13,27 +13,23 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 IGNORED_SUFFIXES = (".tmp", ".part")
 
 
-@dataclass(frozen=True, slots=True)
-class StatKey:
+class StatKey(NamedTuple):
     """What decides whether a file must be re-hashed. ctime is in the key because a rewrite
-    can restore size and mtime (``os.utime``) but never ctime."""
+    can restore size and mtime (``os.utime``) but never ctime. A tuple, because a no-change
+    rescan builds one per file and compares it with the ledger's: it must be cheap."""
 
     size: int
     mtime_ns: int
     ctime_ns: int
     inode: int
 
-    @classmethod
-    def of(cls, st: os.stat_result) -> StatKey:
-        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
     path: str  # posix, relative to the lake root
     abspath: str
     key: StatKey
@@ -129,7 +125,7 @@ def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> 
         if now_ns - st.st_mtime_ns < settle_ns:
             yield Settling(relpath)
             continue
-        yield Candidate(relpath, entry.path, StatKey.of(st))
+        yield Candidate(relpath, entry.path, StatKey(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
 
 
 def _check_symlink(root: str, path: str, relpath: str) -> Refused | None:

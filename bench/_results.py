@@ -1,0 +1,35 @@
+"""Write one benchmark's section of bench/RESULTS.md, leaving the other sections alone."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import platform
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+HEADER = "# Benchmark results\n\nEach section is rewritten by its script (`make bench`). Ratios compare the project's figure with a baseline measured in the same run.\n"
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace the `## name` section of RESULTS.md with ``body`` (under a file lock)."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = f"## {name}\n\n_{stamp}, {machine()}_\n\n{body.strip()}\n"
+    RESULTS.touch()
+    with open(RESULTS, "r+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        text = fh.read() or HEADER
+        pattern = re.compile(rf"^## {re.escape(name)}\n.*?(?=^## |\Z)", re.S | re.M)
+        if pattern.search(text):
+            text = pattern.sub(lambda _: section + "\n", text)
+        else:
+            text = text.rstrip("\n") + "\n\n" + section
+        fh.seek(0)
+        fh.truncate()
+        fh.write(text.rstrip("\n") + "\n")
