@@ -1,0 +1,227 @@
+"""plan → process → commit on real image files, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.datasets.conftest import image_lake, write_jpeg, write_recipe
+
+
+def _build(store, dataset="pets", **kw):
+    from pipeline.datasets.build import run_build
+
+    return run_build(dataset, workers=1, store=store, **kw)
+
+
+def _manifest(data_root: Path, version) -> dict:
+    return json.loads((data_root / version.path / "manifest.json").read_text())
+
+
+def test_first_build_publishes_counts_splits_classes_and_train_stats(store, home):
+    from pipeline.datasets.reader import open_version
+    from pipeline.datasets.recipes import load_recipe
+
+    paths = image_lake(home, per_class=7)
+    report = _build(store, max_files=4)  # several shards, several segments
+    v = report.version
+    assert v is not None and report.decoded == 14 and report.shards == 4
+    assert v.samples == 14 and v.train + v.val == 14 and v.parent_id is None and v.added == 14
+    assert v.tag == f"pets_v{v.created_at[:10].replace('-', '')}_{v.version_id[:8]}"
+    data_root = home / "data"
+    m = _manifest(data_root, v)
+    assert m["format_version"] == 1 and m["id"] == v.version_id and m["classes"] == ["cat", "dog"]
+    recipe = load_recipe("pets")
+    expected = {"train": {}, "val": {}}
+    for p in paths:
+        md5 = hashlib.md5((home / "lake" / p).read_bytes()).hexdigest()
+        split = recipe.split_for(p, md5)
+        cls = p.split("/")[1]
+        expected[split][cls] = expected[split].get(cls, 0) + 1
+    for split in ("train", "val"):
+        assert m["counts"]["per_split"][split]["classes"] == dict(sorted(expected[split].items()))
+    assert len(m["segments"]) == 4 and all(len(s["sha256"]) == 64 and s["size_bytes"] > 0 for s in m["segments"])
+
+    r = open_version("pets", store=store)
+    assert r.version_id == v.version_id and len(r) == 14
+    x, _ = r.split("train").get_batch(np.arange(len(r.split("train"))))
+    got_mean = x.astype(np.float64).mean(axis=(0, 2, 3))
+    got_std = x.astype(np.float64).std(axis=(0, 2, 3))
+    np.testing.assert_allclose(m["mean"], got_mean, atol=1e-3)
+    np.testing.assert_allclose(m["std"], got_std, atol=1e-3)
+    # Every sample traces back to its lake file.
+    for i in range(len(r)):
+        meta = r.metadata(i)
+        assert hashlib.md5((home / "lake" / meta["path"]).read_bytes()).hexdigest() == meta["md5"]
+        assert r.classes[r[i][1]] == meta["path"].split("/")[1] == meta["label"]
+
+
+def test_rebuild_without_change_publishes_and_decodes_nothing(store, home):
+    from pipeline.datasets.queries import list_versions
+
+    image_lake(home)
+    first = _build(store).version
+    again = _build(store)
+    assert again.version is None and again.decoded == 0 and again.shards == 0
+    assert [v["version_id"] for v in list_versions("pets", store=store)] == [first.version_id]
+    versions_dir = home / "data" / "datasets" / "pets"
+    assert sorted(p.name for p in versions_dir.iterdir() if not p.name.startswith(".")) == [first.version_id]
+
+
+def test_one_new_file_is_the_only_decode_and_the_parent_is_set(store, home):
+    image_lake(home)
+    first = _build(store).version
+    write_jpeg(home / "lake" / "pets" / "dog" / "new.jpg", seed=777)
+    report = _build(store)
+    v = report.version
+    assert report.decoded == 1
+    assert v.parent_id == first.version_id and (v.added, v.removed, v.changed) == (1, 0, 0)
+    assert v.samples == first.samples + 1
+
+
+def test_delete_rename_and_modify_show_in_the_diff(store, home):
+    from pipeline.datasets.queries import diff_versions
+
+    image_lake(home)
+    first = _build(store).version
+    lake = home / "lake" / "pets"
+    (lake / "cat" / "000.jpg").unlink()                                  # removed
+    os.rename(lake / "cat" / "001.jpg", lake / "dog" / "moved.jpg")       # removed + added (new label)
+    write_jpeg(lake / "dog" / "002.jpg", seed=4242)                       # changed content
+    report = _build(store)
+    v = report.version
+    assert report.decoded == 1  # only the modified file: the moved one's content is known
+    assert (v.added, v.removed, v.changed) == (1, 2, 1)
+    d = diff_versions(first.tag, v.version_id[:10], store=store)
+    assert d["counts"] == {"added": 1, "removed": 2, "changed": 1}
+    assert [r["path"] for r in d["added"]] == ["pets/dog/moved.jpg"]
+    assert [r["path"] for r in d["removed"]] == ["pets/cat/000.jpg", "pets/cat/001.jpg"]
+    changed = d["changed"][0]
+    assert changed["path"] == "pets/dog/002.jpg" and changed["old_md5"] != changed["new_md5"]
+    assert changed["new_md5"] == hashlib.md5((lake / "dog" / "002.jpg").read_bytes()).hexdigest()
+
+
+def test_duplicate_content_is_processed_once_and_flagged(store, home):
+    from pipeline.datasets.queries import versions_containing
+
+    image_lake(home)
+    lake = home / "lake" / "pets"
+    shutil.copy(lake / "cat" / "003.jpg", lake / "dog" / "zz_copy.jpg")
+    shutil.copy(lake / "cat" / "003.jpg", lake / "cat" / "zz_copy.jpg")
+    report = _build(store)
+    assert report.decoded == 12  # 14 paths, 12 distinct contents
+    lines = [json.loads(x) for x in (home / "data" / report.version.path / "metadata.jsonl").read_text().splitlines()]
+    md5 = hashlib.md5((lake / "cat" / "003.jpg").read_bytes()).hexdigest()
+    same = [rec for rec in lines if rec["md5"] == md5]
+    assert [(r["path"], r["duplicate"]) for r in same] == [
+        ("pets/cat/003.jpg", False), ("pets/cat/zz_copy.jpg", True), ("pets/dog/zz_copy.jpg", True),
+    ]
+    assert len({r["split"] for r in same}) == 1  # duplicates never straddle the split
+    assert len({(r["segment"], r["row"]) for r in same}) == 1  # stored once
+    assert {r["path"] for r in versions_containing(md5, store=store)} == {r["path"] for r in same}
+
+
+def test_same_lake_gives_the_same_version_id_in_a_fresh_store(store, home, tmp_path, monkeypatch):
+    from pipeline.metadata.store import MetadataStore
+    from pipeline.settings import get_settings
+
+    image_lake(home)
+    first = _build(store).version
+    monkeypatch.setenv("DATA_ROOT", str(tmp_path / "other-data"))
+    get_settings.cache_clear()
+    other = MetadataStore(f"sqlite:///{tmp_path / 'other.db'}")
+    try:
+        again = _build(other).version
+    finally:
+        other.dispose()
+    assert again.version_id == first.version_id and again.tag == first.tag
+
+
+def test_augmented_copies_are_for_training_only(store, home):
+    from pipeline.datasets.reader import open_version
+
+    recipe = (
+        'modality = "image"\n[image]\nsize = 16\n[augment]\ncopies = 2\nops = ["hflip", "color_jitter"]\n'
+        '[split]\nval_fraction = 0.3\n'
+    )
+    image_lake(home, recipe=recipe)
+    v = _build(store).version
+    r = open_version("pets", v.version_id, store=store)
+    train, val = r.split("train"), r.split("val")
+    assert len(train) % 3 == 0 and len(train) // 3 + len(val) == 12
+    metas = [train.metadata(i) for i in range(len(train))]
+    assert sorted(m.get("copy", 0) for m in metas) == sorted([0, 1, 2] * (len(train) // 3))
+    assert all("copy" not in val.metadata(i) for i in range(len(val)))
+
+
+def test_tables_give_one_sample_per_row_and_list_bad_rows_by_line(store, home):
+    from pipeline.datasets.queries import get_version
+    from pipeline.datasets.reader import open_version
+
+    write_recipe(home, "rows", 'modality = "table"\n[table]\nlabel_column = "label"\nfeature_columns = ["a", "b"]\n')
+    (home / "lake" / "rows").mkdir()
+    (home / "lake" / "rows" / "one.csv").write_text("a,b,label\n1,2,x\n3,,y\n5,6,y\n")
+    (home / "lake" / "rows" / "two.csv").write_text("a,b,label\n7,8,x\n9,10,\n")
+    v = _build(store, "rows").version
+    assert v.samples == 3 and v.invalid == 2
+    r = open_version("rows", store=store)
+    assert r.classes == ["x", "y"]
+    x, y = r.get_batch(range(3))
+    rows = {(float(a), float(b), r.classes[int(lab)]) for (a, b), lab in zip(x, y, strict=True)}
+    assert rows == {(1.0, 2.0, "x"), (5.0, 6.0, "y"), (7.0, 8.0, "x")}
+    assert x.dtype == np.float32
+    bad = get_version(v.tag, store=store)["invalid_files"]
+    assert [(b["path"], b["line"]) for b in bad] == [("rows/one.csv", 3), ("rows/two.csv", 3)]
+
+
+def test_arrays_keep_shape_and_dtype(store, home):
+    from pipeline.datasets.reader import open_version
+
+    write_recipe(home, "arr", 'modality = "array"\n[array]\nshape = [2, 3]\ndtype = "float32"\n')
+    rng = np.random.default_rng(0)
+    for cls in ("a", "b"):
+        for i in range(3):
+            p = home / "lake" / "arr" / cls / f"{i}.npy"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            np.save(p, rng.standard_normal((2, 3)).astype(np.float32))
+    _build(store, "arr")
+    r = open_version("arr", store=store)
+    for i in range(len(r)):
+        x, y = r[i]
+        np.testing.assert_array_equal(x, np.load(home / "lake" / r.metadata(i)["path"]))
+        assert r.classes[y] == r.metadata(i)["label"]
+
+
+def test_recipe_change_reprocesses_under_the_new_recipe_hash(store, home):
+    image_lake(home)
+    first = _build(store)
+    write_recipe(home, "pets", 'modality = "image"\n[image]\nsize = 8\n[split]\nval_fraction = 0.3\n')
+    second = _build(store)
+    assert second.decoded == 12 and second.version.version_id != first.version.version_id
+    from pipeline.datasets.reader import open_version
+
+    assert open_version("pets", store=store).sample_shape == (3, 8, 8)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "zarr"])
+def test_stored_samples_equal_a_fresh_decode(sqlite_store, home, fmt):
+    from pipeline.datasets.preprocess import preprocessor_for
+    from pipeline.datasets.reader import open_version
+    from pipeline.datasets.recipes import load_recipe
+
+    image_lake(home, recipe=f'modality = "image"\nformat = "{fmt}"\n[image]\nsize = 16\n')
+    _build(sqlite_store, max_files=5)
+    r = open_version("pets", store=sqlite_store)
+    assert r.format == fmt
+    recipe = load_recipe("pets")
+    pre = preprocessor_for(recipe)
+    for i in range(len(r)):
+        x, _ = r[i]
+        fresh = pre.decode(str(home / "lake" / r.metadata(i)["path"]), recipe).samples[0].x
+        np.testing.assert_array_equal(x, fresh)
