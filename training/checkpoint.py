@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import shutil
 import tempfile
@@ -135,9 +136,8 @@ class CheckpointManager:
         # resumed run keeps comparing against the best of its earlier attempts.
         self._best: dict[str, Any] | None = None
         self._best_loaded = False
-        self._invalid_steps: set[int] = (
-            set()
-        )  # found corrupt by load_latest; cleaned after a commit
+        # Steps load_latest found corrupt: retention removes them after the next commit.
+        self._invalid_steps: set[int] = set()
         self._closed = False
         self.loaded_step: int | None = None
         self.loaded_url: str | None = None
@@ -165,6 +165,11 @@ class CheckpointManager:
             raise TypeError(f"checkpoint state must be a dict, got {type(state).__name__}")
         if metric is not None:
             metric = float(metric)
+            if not math.isfinite(metric):
+                log.warning(
+                    "checkpoint step %d: metric %r is not finite; not comparable", step, metric
+                )
+                metric = None
         url = self.step_url(step)
         if not self.is_writer:
             return url
@@ -180,8 +185,13 @@ class CheckpointManager:
         tmp = snap_dir / f".{STATE_FILE}.tmp"
         # torch.save runs synchronously: once it returns, the trainer may go on mutating the
         # tensors it handed in without touching the snapshot.
-        torch.save(state, tmp)
-        tmp.replace(snap_dir / STATE_FILE)
+        try:
+            torch.save(state, tmp)
+            _check_weights_only(tmp)
+            tmp.replace(snap_dir / STATE_FILE)
+        except BaseException:
+            shutil.rmtree(snap_dir, ignore_errors=True)
+            raise
         info = CheckpointInfo(step=step, url=url, metric=metric, is_best=bool(is_best))
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-upload")
@@ -461,6 +471,21 @@ class CheckpointManager:
 
     def read_result(self) -> dict | None:
         return self._read_json(join(self.run_url, "result.json"))
+
+
+def _check_weights_only(path: Path) -> None:
+    """Refuse, at save time, a state that resume could not load with ``weights_only=True``
+    (a custom class, a numpy RNG tuple...): otherwise every checkpoint of the run would be
+    skipped at resume and training would silently restart from scratch. ``mmap=True`` makes
+    this cheap: only the pickle structure is read, not the tensor bytes."""
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:
+        raise TypeError(
+            "checkpoint state cannot be loaded with torch.load(weights_only=True); keep it to "
+            "tensors, dicts, lists, tuples, str, int, float, bool and None (store numpy RNG "
+            f"state as a tensor or list): {exc}"
+        ) from None
 
 
 def _check_name(name: str) -> None:
