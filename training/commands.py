@@ -5,3 +5,19 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the ``laketrain`` app."""
+
+    @app.command(
+        "train",
+        context_settings={
+            "allow_extra_args": True,
+            "ignore_unknown_options": True,
+            "help_option_names": [],
+        },
+        add_help_option=False,
+    )
+    def train(ctx: typer.Context) -> None:
+        """Train on a dataset version: the same entry as `python -m training` (flags override
+        the TRAIN_* / DATASET_* environment). `laketrain train --help` lists every flag."""
+        from training.__main__ import main
+
+        raise typer.Exit(main(list(ctx.args)))

@@ -1,0 +1,680 @@
+"""The training loop: one `Trainer` holding the model, optimizer, schedule, sampler position and
+metrics, with `train_step`, `evaluate`, `state_dict`/`load_state_dict` and `fit`.
+
+Everything that decides *what* is computed is restored from a checkpoint: weights, optimizer,
+scheduler, scaler, every RNG (per rank), the sampler's (epoch, position), the running epoch
+sums and the metric history. With deterministic algorithms on CPU, a run killed after any
+checkpoint and resumed ends bitwise equal to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from training.amp import AmpPlan, resolve_amp
+from training.config import ConfigError, TrainConfig
+from training.data import DeviceTransform, ResumableBatchSampler, eval_batches, make_loader
+from training.distributed import DistInfo, all_reduce_sum, gather_objects
+from training.guards import NonFiniteLossError, batch_paths
+from training.init import init_weights
+from training.losses import build_loss, class_weights
+from training.metrics import MetricsLog, memory_mb, peak_memory_mb
+from training.models import build_model, enable_grad_checkpointing, pick_architecture
+from training.schedule import default_warmup, make_scheduler
+
+log = logging.getLogger("training")
+
+STATE_FORMAT = 1
+
+
+class StopRequested(Exception):
+    """SIGTERM arrived; a checkpoint of the finished step has been saved (exit code 75)."""
+
+
+class SignalFlag:
+    """Turns SIGTERM into a flag the loop checks between steps: the step in flight finishes,
+    then the loop saves and stops. A second SIGTERM does the same (no hard exit mid-save)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        log.warning("SIGTERM received: finishing the current step, then saving a checkpoint")
+
+    def install(self) -> SignalFlag:
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
+def resolve_device(kind: str, local_rank: int = 0) -> torch.device:
+    if kind == "cuda" or (kind == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "TRAIN_DEVICE / device: cuda was asked for but no CUDA device is available"
+            )
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def deterministic_on(cfg: TrainConfig, device: torch.device) -> bool:
+    mode = cfg.runtime.deterministic
+    return mode == "on" or (mode == "auto" and device.type == "cpu")
+
+
+def configure_backends(cfg: TrainConfig, device: torch.device) -> None:
+    det = deterministic_on(cfg, device)
+    if det and device.type == "cuda":
+        # cuBLAS needs a fixed workspace for reproducible matmuls; must be set before its init.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(det, warn_only=device.type == "cuda")
+    if device.type == "cuda":
+        # Fixed shapes (drop_last, fixed batch) let cudnn pick the fastest kernels once.
+        torch.backends.cudnn.benchmark = bool(cfg.runtime.cudnn_benchmark and not det)
+        torch.backends.cudnn.deterministic = det
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on weight matrices and conv kernels only: decaying norm gains and biases
+    pulls them to 0, which only hurts (they don't cause overfitting)."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay, "name": "decay"},
+        {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
+    ]
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    o = cfg.optim
+    groups = param_groups(model, o.weight_decay)
+    if o.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum)
+    return torch.optim.AdamW(groups, lr=o.lr)
+
+
+# ---------------------------------------------------------------------------------- RNG state
+def capture_rng(device: torch.device) -> dict[str, Any]:
+    """All RNG states in types torch.load(weights_only=True) accepts (no numpy arrays, no tuples
+    of odd types)."""
+    np_state = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "algo": str(np_state[0]),
+            "keys": torch.from_numpy(np.asarray(np_state[1], dtype=np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
+        "python": {
+            "version": int(py_version),
+            "internal": torch.tensor(py_internal, dtype=torch.int64),
+            "gauss": py_gauss,
+        },
+    }
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    n = state["numpy"]
+    np.random.set_state(
+        (
+            n["algo"],
+            n["keys"].numpy().astype(np.uint32),
+            n["pos"],
+            n["has_gauss"],
+            n["cached_gaussian"],
+        )
+    )
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss"]))
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all([t.cpu() for t in state["cuda"]])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------ trainer
+@dataclass
+class EpochSums:
+    loss_sum: float = 0.0
+    correct: int = 0
+    seen: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"loss_sum": self.loss_sum, "correct": self.correct, "seen": self.seen}
+
+
+@dataclass
+class FitResult:
+    status: str  # succeeded | preempted
+    best_metric: float | None
+    metric_name: str
+    epochs_done: int
+    steps: int
+    final_val: dict[str, Any] = field(default_factory=dict)
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    model = getattr(model, "_orig_mod", model)  # torch.compile
+    return getattr(model, "module", model)  # DDP
+
+
+class Trainer:
+    """Builds everything from a config and a train/val reader pair; `fit()` runs the epochs.
+
+    ``save_fn(state, step, epoch, metric, is_best)`` persists a checkpoint (rank 0 only; the
+    runner passes the CheckpointManager's save); ``on_step(trainer)`` is a hook called after
+    every step (tests and the runner use it).
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        train_reader: Any,
+        val_reader: Any,
+        *,
+        device: torch.device | None = None,
+        dist: DistInfo | None = None,
+        metrics_path: Path | None = None,
+        save_fn: Callable[..., Any] | None = None,
+        stop_flag: SignalFlag | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.train_reader, self.val_reader = train_reader, val_reader
+        self.device = device or resolve_device(cfg.runtime.device)
+        self.dist = dist or DistInfo()
+        self.save_fn = save_fn
+        self.stop_flag = stop_flag
+        self.info = dict(info or {})
+        self.on_step: Callable[[Trainer], None] | None = None
+        rt = cfg.runtime
+
+        configure_backends(cfg, self.device)
+        self.plan: AmpPlan = resolve_amp(rt.amp, self.device)
+        self.scaler = self.plan.make_scaler()
+
+        classes = list(train_reader.classes)
+        self.num_classes = max(len(classes), 1)
+        self.sample_shape = tuple(
+            getattr(train_reader, "sample_shape", None) or train_reader.get_batch([0])[0].shape[1:]
+        )
+        self.arch = pick_architecture(
+            cfg.model.model, getattr(train_reader, "modality", "image"), self.sample_shape
+        )
+
+        # The model is built (and initialised) from the run's seed on every rank; a checkpoint
+        # overwrites it later in load_state_dict and is never re-initialised.
+        seed_everything(rt.seed)
+        model = build_model(
+            self.arch,
+            self.sample_shape,
+            self.num_classes,
+            width=cfg.model.width,
+            depth=cfg.model.depth,
+            activation=cfg.model.activation,
+            dropout=cfg.model.dropout,
+        )
+        init_weights(model, cfg.model.activation)
+        self.segments = (
+            enable_grad_checkpointing(model, rt.checkpoint_segments) if rt.grad_checkpointing else 0
+        )
+        self.channels_last = (
+            rt.channels_last == "on" or (rt.channels_last == "auto" and self.device.type == "cuda")
+        ) and len(self.sample_shape) == 3
+        model = model.to(self.device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model  # the plain module: state dicts, init, eval
+        self.train_model: nn.Module = model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.train_model = DDP(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        if rt.compile:
+            self.train_model = torch.compile(self.train_model, backend=rt.compile_backend)
+        # Dropout and other global-RNG users differ per rank, as in any DDP run.
+        torch.manual_seed(rt.seed + 1_000_003 * self.dist.rank)
+
+        self.optimizer = build_optimizer(model, cfg)
+        self.sampler = ResumableBatchSampler(
+            len(train_reader),
+            cfg.data.batch_size,
+            seed=rt.seed,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
+        )
+        self.steps_per_epoch = len(self.sampler)
+        self.total_steps = self.steps_per_epoch * rt.epochs
+        self.warmup = default_warmup(self.total_steps, cfg.optim.warmup_steps)
+        self.scheduler = make_scheduler(
+            self.optimizer, warmup=self.warmup, total=self.total_steps, floor=cfg.optim.min_lr_ratio
+        )
+        counts = np.bincount(
+            np.asarray(train_reader.labels(), dtype=np.int64), minlength=self.num_classes
+        )
+        weight = class_weights(cfg.loss.class_weights, counts.tolist(), self.num_classes)
+        self.loss_fn = build_loss(
+            cfg.loss.loss,
+            label_smoothing=cfg.loss.label_smoothing,
+            focal_gamma=cfg.loss.focal_gamma,
+            weight=weight.to(self.device) if weight is not None else None,
+        ).to(self.device)
+        self.transform = DeviceTransform.build(
+            getattr(train_reader, "mean", None),
+            getattr(train_reader, "std", None),
+            self.sample_shape,
+            self.device,
+            channels_last=self.channels_last,
+            augment=cfg.data.augment,
+            seed=rt.seed,
+        )
+        # A generator of the loader's own: creating an iterator draws a base seed from it
+        # instead of from the global RNG, so a resume mid-epoch sees the same global RNG stream.
+        self.loader = make_loader(
+            train_reader,
+            self.sampler,
+            num_workers=cfg.data.num_workers,
+            pin_memory=self.device.type == "cuda",
+            generator=torch.Generator().manual_seed(rt.seed),
+        )
+
+        self.step = 0
+        self.epoch = 0
+        self.sums = EpochSums()
+        self.best_metric: float | None = None
+        self.best_step: int | None = None
+        self.metric_name = cfg.checkpoint.metric
+        self.metrics = MetricsLog(metrics_path if self.dist.is_main else None)
+        self.last_val: dict[str, Any] = {}
+        self.resumed_from: int | None = None
+
+    # ------------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint: everything needed to continue exactly (collective under DDP)."""
+        rng = gather_objects(capture_rng(self.device), self.dist)
+        return {
+            "format": STATE_FORMAT,
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng,
+            "step": self.step,
+            "epoch": self.epoch,
+            "sampler": self.sampler.state_dict(),
+            "epoch_sums": self.sums.as_dict(),
+            "best_metric": self.best_metric,
+            "best_step": self.best_step,
+            "metric_name": self.metric_name,
+            "last_val": dict(self.last_val),
+            "metrics": list(self.metrics.records),
+            "config": self.cfg.to_dict(),
+            "arch": self.arch,
+            "world_size": self.dist.world_size,
+            "torch_version": str(torch.__version__),
+            "device": str(self.device),
+            **{k: v for k, v in self.info.items() if k not in ("model",)},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"checkpoint format {state.get('format')!r} is not {STATE_FORMAT}")
+        if state.get("arch", self.arch) != self.arch:
+            raise ValueError(
+                f"checkpoint holds a {state['arch']} model, this run builds {self.arch}"
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        rngs = state["rng"]
+        if len(rngs) == self.dist.world_size:
+            restore_rng(rngs[self.dist.rank], self.device)
+        else:
+            log.warning(
+                "checkpoint was written by %d process(es), this run has %d: RNG streams restart from the seed",
+                len(rngs),
+                self.dist.world_size,
+            )
+            restore_rng(rngs[0], self.device)
+            torch.manual_seed(self.cfg.runtime.seed + 1_000_003 * self.dist.rank + self.step)
+        self.step = int(state["step"])
+        self.epoch = int(state["epoch"])
+        self.sampler.load_state_dict(state["sampler"])
+        if self.sampler.position == 0 and int(state["sampler"].get("position", 0)) != 0:
+            state["epoch_sums"] = {}  # the epoch restarts (different sharding): its sums too
+        self.sums = EpochSums(**state.get("epoch_sums", {}))
+        self.best_metric, self.best_step = state.get("best_metric"), state.get("best_step")
+        self.last_val = dict(state.get("last_val", {}))
+        path = self.metrics.path
+        self.metrics.close()
+        self.metrics = MetricsLog(
+            path, [r for r in state.get("metrics", []) if r.get("step", 0) <= self.step]
+        )
+        self.resumed_from = self.step
+
+    # ------------------------------------------------------------------------- steps
+    def train_step(
+        self, x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor
+    ) -> dict[str, float]:
+        cfg = self.cfg
+        self.train_model.train()
+        x = x.to(self.device, non_blocking=True)
+        y = y.to(self.device, non_blocking=True)
+        x = self.transform(x, train=True, epoch=self.epoch, step=self.step)
+        with self.plan.autocast():
+            logits = self.train_model(x)
+        loss = self.loss_fn(logits.float(), y)
+
+        local_bad = not bool(torch.isfinite(loss.detach()))
+        if local_bad and cfg.runtime.detect_anomaly:
+            self._raise_non_finite(loss, indices, trace=self._anomaly_trace(loss))
+        # One collective per step carries the loss, "some rank saw a non-finite loss" and
+        # "some rank got SIGTERM", so every rank takes the same decision at the same step.
+        flags = torch.tensor(
+            [
+                0.0 if local_bad else float(loss.detach()),
+                float(local_bad),
+                float(bool(self.stop_flag and self.stop_flag.requested)),
+            ],
+            dtype=torch.float64,
+        )
+        flags = all_reduce_sum(
+            flags.to(self.device) if self.device.type == "cuda" and self.dist.enabled else flags,
+            self.dist,
+        ).cpu()
+        if flags[1] > 0:
+            self._raise_non_finite(loss, indices, other_rank=not local_bad)
+
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        clip = cfg.optim.clip_norm
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=cfg.runtime.set_to_none)
+
+        with torch.no_grad():
+            correct = int((logits.argmax(dim=-1) == y).sum())
+        n = int(y.numel())
+        self.sums.loss_sum += float(loss.detach()) * n
+        self.sums.correct += correct
+        self.sums.seen += n
+        self.step += 1
+        self.sampler.position += 1
+        return {
+            "loss": float(flags[0]) / self.dist.world_size,
+            "lr": lr,
+            "grad_norm": float(grad_norm),
+            "stop": float(flags[2]) > 0,
+        }
+
+    def _anomaly_trace(self, loss: torch.Tensor) -> str:
+        """Run the backward of the bad loss under anomaly detection: autograd names the op that
+        produced NaN and prints the forward stack that created it (recorded because the whole
+        run has anomaly mode on)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with torch.autograd.detect_anomaly(check_nan=True):
+                    loss.backward()
+            except RuntimeError as exc:
+                caught_text = "\n".join(str(w.message) for w in caught)
+                return f"{exc}\n{caught_text}".strip()
+        text = "\n".join(str(w.message) for w in caught)
+        return (
+            text
+            or "the backward pass produced no NaN: the loss itself is non-finite (check the inputs and the labels)"
+        )
+
+    def _raise_non_finite(
+        self,
+        loss: torch.Tensor,
+        indices: torch.Tensor,
+        *,
+        trace: str | None = None,
+        other_rank: bool = False,
+    ) -> None:
+        idx = [int(i) for i in indices.tolist()]
+        # Indices of the split view → the version's own sample paths via its metadata.
+        paths = batch_paths(self.train_reader, idx)
+        value = float(loss.detach()) if not other_rank else float("nan")
+        err = NonFiniteLossError(self.step, self.epoch, value, idx, paths, trace)
+        if other_rank:
+            err.args = (
+                f"non-finite loss on another rank at step {self.step}; this rank's batch: "
+                + ", ".join(map(str, idx[:20])),
+            )
+        raise err
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any]:
+        """Loss and accuracy on the val split, under eval() and no_grad(); the model is back in
+        train mode afterwards (asserted: BN in eval mode for the next step would silently train
+        on running statistics)."""
+        reader = self.val_reader
+        was_training = self.model.training
+        self.model.eval()
+        sums = torch.zeros(3, dtype=torch.float64)
+        try:
+            for idx in eval_batches(
+                len(reader), self.cfg.data.eval_batch_size, self.dist.rank, self.dist.world_size
+            ):
+                xb, yb = reader.get_batch(idx)
+                x = self.transform(torch.from_numpy(np.ascontiguousarray(xb)).to(self.device))
+                y = torch.from_numpy(np.asarray(yb, dtype=np.int64)).to(self.device)
+                with self.plan.autocast():
+                    logits = self.model(x)
+                # Plain cross-entropy: comparable across loss options and label smoothing.
+                sums[0] += float(F.cross_entropy(logits.float(), y, reduction="sum"))
+                sums[1] += float((logits.argmax(-1) == y).sum())
+                sums[2] += y.numel()
+        finally:
+            self.model.train(was_training)
+        if self.model.training != was_training:
+            raise AssertionError("evaluate() did not restore the model's training mode")
+        all_reduce_sum(sums, self.dist)
+        if sums[2] == 0:
+            return {}
+        return {
+            "val_loss": float(sums[0] / sums[2]),
+            "val_accuracy": float(sums[1] / sums[2]),
+            "val_samples": int(sums[2]),
+        }
+
+    def _metric_value(self, val: dict[str, Any]) -> float | None:
+        """The best-checkpoint metric as "higher is better" (the manager's convention)."""
+        if self.metric_name not in val:
+            return None
+        v = float(val[self.metric_name])
+        return -v if self.metric_name == "val_loss" else v
+
+    def _save(self, *, metric: float | None = None, is_best: bool = False) -> None:
+        state = self.state_dict()  # collective: every rank takes part
+        if self.save_fn is not None and self.dist.is_main:
+            self.save_fn(state, step=self.step, epoch=self.epoch, metric=metric, is_best=is_best)
+
+    def _end_epoch(self) -> None:
+        rt = self.cfg.runtime
+        val = self.evaluate()
+        sums = all_reduce_sum(
+            torch.tensor(
+                [self.sums.loss_sum, self.sums.correct, self.sums.seen], dtype=torch.float64
+            ),
+            self.dist,
+        )
+        seen = max(float(sums[2]), 1.0)
+        record: dict[str, Any] = {
+            "kind": "epoch",
+            "step": self.step,
+            "epoch": self.epoch,
+            "train_loss": float(sums[0]) / seen,
+            "train_accuracy": float(sums[1]) / seen,
+            **val,
+            "peak_mem_mb": peak_memory_mb(self.device),
+        }
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        release_cached_memory(self.device, rt.empty_cache)
+        metric = self._metric_value(val)
+        is_best = metric is not None and (
+            self.best_metric is None
+            or metric > self._metric_value({self.metric_name: self.best_metric})
+        )
+        if is_best:
+            self.best_metric, self.best_step = float(val[self.metric_name]), self.step
+        self.metrics.write(record)
+        self.metrics.flush()
+        self.last_val = val
+        log.info(
+            "epoch %d: train loss %.4f acc %.4f | val loss %s acc %s",
+            self.epoch,
+            record["train_loss"],
+            record["train_accuracy"],
+            f"{val['val_loss']:.4f}" if val else "-",
+            f"{val['val_accuracy']:.4f}" if val else "-",
+        )
+        self.epoch += 1
+        self.sampler.set_epoch(self.epoch, 0)
+        self.sums = EpochSums()
+        self._save(metric=metric, is_best=is_best)
+
+    def fit(self) -> FitResult:
+        """Train from the current (possibly resumed) position to the last epoch."""
+        rt = self.cfg.runtime
+        every = self.cfg.checkpoint.checkpoint_every
+        pause_after = int(os.environ.get("TRAIN_TEST_PAUSE_AFTER_STEP", "-1"))
+        anomaly = (
+            torch.autograd.set_detect_anomaly(rt.detect_anomaly) if rt.detect_anomaly else None
+        )
+        try:
+            while self.epoch < rt.epochs:
+                self.sampler.set_epoch(self.epoch, self.sampler.position)
+                t_last, n_since = time.perf_counter(), 0
+                for x, y, idx in self.loader:
+                    out = self.train_step(x, y, idx)
+                    n_since += int(y.shape[0]) * self.dist.world_size
+                    end_of_epoch = self.sampler.position >= self.steps_per_epoch
+                    if self.step % rt.log_every == 0 or end_of_epoch:
+                        now = time.perf_counter()
+                        self.metrics.write(
+                            {
+                                "kind": "train",
+                                "step": self.step,
+                                "epoch": self.epoch,
+                                "loss": out["loss"],
+                                "lr": out["lr"],
+                                "grad_norm": out["grad_norm"],
+                                "samples_per_s": n_since / max(now - t_last, 1e-9),
+                                "mem_mb": memory_mb(self.device),
+                            }
+                        )
+                        t_last, n_since = now, 0
+                    if self.on_step is not None:
+                        self.on_step(self)
+                    if out["stop"]:
+                        self._save()
+                        raise StopRequested(
+                            f"stopped by SIGTERM after step {self.step}; checkpoint saved"
+                        )
+                    if every and self.step % every == 0 and not end_of_epoch:
+                        self._save()
+                    if self.step == pause_after:
+                        self._test_pause()
+                        self._save()
+                        raise StopRequested(
+                            f"stopped by SIGTERM after step {self.step}; checkpoint saved"
+                        )
+                    if end_of_epoch:
+                        break
+                self._end_epoch()
+                if (
+                    self.stop_flag is not None
+                    and self.stop_flag.requested
+                    and self.epoch < rt.epochs
+                ):
+                    raise StopRequested(
+                        f"stopped by SIGTERM at the end of epoch {self.epoch - 1}; checkpoint saved"
+                    )
+        finally:
+            if anomaly is not None:
+                torch.autograd.set_detect_anomaly(False)
+            self.metrics.flush()
+        return FitResult(
+            "succeeded",
+            self.best_metric,
+            self.metric_name,
+            self.epoch,
+            self.step,
+            dict(self.last_val),
+        )
+
+    def _test_pause(self) -> None:
+        # Test hook (TRAIN_TEST_PAUSE_AFTER_STEP): hold still after a step and its checkpoint so
+        # a test can kill this process at a known point. A SIGTERM ends the pause normally.
+        print(f"TRAIN_TEST_PAUSED step={self.step}", flush=True)
+        while not (self.stop_flag and self.stop_flag.requested):
+            time.sleep(0.02)
+
+
+def release_cached_memory(device: torch.device, enabled: bool = True) -> bool:
+    """Hand the CUDA caching allocator's free blocks back at an epoch end (never per step: that
+    forces a cudaMalloc per step). A no-op on CPU. Returns whether it ran."""
+    if enabled and device.type == "cuda":
+        torch.cuda.empty_cache()
+        return True
+    return False
+
+
+def result_summary(fit: FitResult) -> dict[str, Any]:
+    return {
+        "best_metric": fit.best_metric
+        if fit.best_metric is None or math.isfinite(fit.best_metric)
+        else None,
+        "metric_name": fit.metric_name,
+        "epochs_done": fit.epochs_done,
+        "steps": fit.steps,
+    }

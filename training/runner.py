@@ -1,0 +1,409 @@
+"""One training run end to end: open the version, check it, resume from the newest valid
+checkpoint, fit, then write the plot, the diagnosis, metrics.jsonl and result.json beside the
+checkpoints, and record the run in the metadata store when METADATA_DB_URL is set.
+
+Exit codes (the orchestrator's contract): 0 done; 2 bad config; 3 data check refused;
+75 stopped by SIGTERM after a checkpoint (a retry resumes); 1 anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.config import ConfigError, RunTarget, TrainConfig
+from training.distributed import (
+    DistInfo,
+    barrier,
+    broadcast_object,
+    gather_objects,
+    init_distributed,
+    shutdown,
+)
+from training.guards import (
+    DataCheckError,
+    NonFiniteLossError,
+    check_label_distribution,
+    refuse_leakage,
+)
+from training.loop import SignalFlag, StopRequested, Trainer, resolve_device, result_summary
+
+log = logging.getLogger("training")
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DATA, EXIT_PREEMPTED = 0, 1, 2, 3, 75
+
+
+def setup_logging(rank: int) -> None:
+    level = logging.INFO if rank == 0 else logging.WARNING
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
+        if rank
+        else "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+
+
+def open_reader(target: RunTarget, version: str | None = None) -> Any:
+    """The version's reader; a missing or ambiguous version is a data refusal (exit 3)."""
+    from pipeline.datasets.reader import open_version
+
+    try:
+        return open_version(target.dataset, version or target.version, data_root=target.data_root)
+    except (LookupError, FileNotFoundError) as exc:
+        raise DataCheckError(f"dataset version: {exc}") from exc
+
+
+class RunRecorder:
+    """Run and checkpoint rows in the metadata store (only with METADATA_DB_URL, only rank 0).
+    A store that is down must not kill a GPU run: failures are logged, training goes on."""
+
+    def __init__(self, target: RunTarget, enabled: bool) -> None:
+        self.target = target
+        self.enabled = enabled and bool(target.metadata_db_url)
+        self.started = False
+
+    def _call(self, fn_name: str, *args: Any, **kwargs: Any) -> None:
+        if not self.enabled:
+            return
+        try:
+            import pipeline.runs as runs
+
+            getattr(runs, fn_name)(*args, **kwargs)
+        except Exception:
+            log.exception("metadata store: %s failed (training continues)", fn_name)
+
+    def started_run(self, version_id: str, params: dict[str, Any]) -> None:
+        self._call(
+            "record_run_started",
+            self.target.run_id,
+            self.target.dataset,
+            version_id,
+            params,
+            dag_id=os.environ.get("AIRFLOW_CTX_DAG_ID"),
+            dag_run_id=os.environ.get("AIRFLOW_CTX_DAG_RUN_ID"),
+            launcher=os.environ.get("LAKETRAIN_LAUNCHER", "python -m training"),
+        )
+        self.started = True
+
+    def checkpoint(
+        self, step: int, epoch: int, url: str, metric: float | None, is_best: bool
+    ) -> None:
+        self._call(
+            "record_checkpoint",
+            self.target.run_id,
+            step,
+            epoch,
+            url,
+            metric=metric,
+            is_best=is_best,
+        )
+
+    def checkpoint_deleted(self, step: int, url: str) -> None:
+        self._call("record_checkpoint_deleted", self.target.run_id, step)
+
+    def finished(self, status: str, **kwargs: Any) -> None:
+        if self.started:
+            self._call("record_run_finished", self.target.run_id, status, **kwargs)
+
+
+def _agree_on_state(manager: Any, dist: DistInfo) -> dict[str, Any] | None:
+    """Every rank loads the newest valid checkpoint itself (no big broadcast); if the ranks
+    disagree on which (storage changed underneath), all take rank 0's."""
+    state = manager.load_latest()
+    steps = gather_objects(None if state is None else int(state["step"]), dist)
+    if len(set(steps)) > 1:
+        log.warning("ranks found different newest checkpoints %s; using rank 0's", steps)
+        state = broadcast_object(state, dist)
+    return state
+
+
+def run(cfg: TrainConfig, target: RunTarget) -> int:
+    """Train; return the process exit code."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    setup_logging(int(os.environ.get("RANK", "0")))
+    try:
+        device = resolve_device(cfg.runtime.device, local_rank)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
+    dist = init_distributed(device.type)
+    setup_logging(dist.rank)
+    try:
+        return _run(cfg, target, device, dist)
+    finally:
+        shutdown(dist)
+
+
+def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistInfo) -> int:
+    from training.checkpoint import CheckpointManager
+
+    if target.metadata_db_url and os.environ.get("METADATA_DB_URL") != target.metadata_db_url:
+        # --metadata-db-url: the reader and pipeline.runs read the store URL from settings.
+        from pipeline.settings import get_settings
+
+        os.environ["METADATA_DB_URL"] = target.metadata_db_url
+        get_settings.cache_clear()
+
+    recorder = RunRecorder(target, dist.is_main)
+    work = Path(tempfile.mkdtemp(prefix="laketrain-run-"))
+    manager: Any = None
+    trainer: Trainer | None = None
+    status, error, code = "failed", None, EXIT_FAILED
+    fit = None
+    try:
+        try:
+            reader = open_reader(target)
+            manager = CheckpointManager(
+                target.checkpoint_url,
+                target.run_id,
+                keep_last=cfg.checkpoint.keep_last,
+                rank=dist.rank,
+                local_dir=work / "snapshots",
+                on_commit=lambda info: recorder.checkpoint(
+                    info["step"],
+                    info["step"] // max(trainer.steps_per_epoch, 1) if trainer else 0,
+                    info["url"],
+                    _metric_back(info.get("metric"), cfg),
+                    bool(info.get("is_best")),
+                ),
+                on_delete=recorder.checkpoint_deleted,
+            )
+            state = _agree_on_state(manager, dist)
+            if state is not None:
+                saved = (state.get("dataset") or {}).get("version_id")
+                if saved and saved != reader.version_id:
+                    # A retry of DATASET_VERSION=latest after a new version landed: the run
+                    # continues on the data it started with.
+                    log.warning(
+                        "resuming on version %s (the run's own), not %s", saved, reader.version_id
+                    )
+                    reader = open_reader(target, saved)
+            if cfg.data.check_leakage:
+                refuse_leakage(reader)
+            if cfg.data.check_labels:
+                check_label_distribution(reader)
+            train_r, val_r = reader.split("train"), reader.split("val")
+            dataset_info = {
+                "name": reader.dataset,
+                "version_id": reader.version_id,
+                "tag": reader.tag,
+                "manifest_sha256": reader.manifest_sha256,
+                "modality": reader.modality,
+                "classes": list(reader.classes),
+            }
+            info = {"dataset": dataset_info, "run_id": target.run_id}
+            log.info("config: %s", json.dumps(cfg.to_dict(), sort_keys=True))
+            log.info(
+                "dataset %s version %s (%s), manifest sha256 %s; train %d, val %d samples; torch %s on %s, %d process(es)",
+                reader.dataset,
+                reader.version_id,
+                reader.tag,
+                reader.manifest_sha256,
+                len(train_r),
+                len(val_r),
+                torch.__version__,
+                device,
+                dist.world_size,
+            )
+            trainer = Trainer(
+                cfg,
+                train_r,
+                val_r,
+                device=device,
+                dist=dist,
+                metrics_path=work / "metrics.jsonl",
+                save_fn=lambda state, *, step, epoch, metric, is_best: _save(
+                    manager, trainer, state, step, metric, is_best, work
+                ),
+                info=info,
+            )
+            if state is not None:
+                if state.get("config") and state["config"] != cfg.to_dict():
+                    diffs = _config_diff(TrainConfig.from_dict(state["config"]).flat(), cfg.flat())
+                    log.warning(
+                        "resuming with a config that differs from the checkpoint's: %s", diffs
+                    )
+                trainer.load_state_dict(state)
+                log.info(
+                    "resumed from step %d (epoch %d, batch %d of %d)",
+                    trainer.step,
+                    trainer.epoch,
+                    trainer.sampler.position,
+                    trainer.steps_per_epoch,
+                )
+            log.info(
+                "model %s: %.2f M parameters; amp %s; grad checkpointing %s; channels_last %s; %d steps/epoch, warmup %d of %d",
+                trainer.arch,
+                sum(p.numel() for p in trainer.model.parameters()) / 1e6,
+                trainer.plan.mode,
+                f"{trainer.segments} segments" if trainer.segments else "off",
+                trainer.channels_last,
+                trainer.steps_per_epoch,
+                trainer.warmup,
+                trainer.total_steps,
+            )
+            recorder.started_run(reader.version_id, {**cfg.flat(), "world_size": dist.world_size})
+            flag = SignalFlag().install()
+            trainer.stop_flag = flag
+            try:
+                fit = trainer.fit()
+            finally:
+                flag.uninstall()
+            status, code = "succeeded", EXIT_OK
+        except ConfigError as exc:
+            error, code = str(exc), EXIT_CONFIG
+        except DataCheckError as exc:
+            error, code = str(exc), EXIT_DATA
+        except StopRequested as exc:
+            status, error, code = "preempted", str(exc), EXIT_PREEMPTED
+        except NonFiniteLossError as exc:
+            error, code = str(exc), EXIT_FAILED
+        except Exception as exc:
+            error, code = f"{type(exc).__name__}: {exc}", EXIT_FAILED
+            log.error("%s", traceback.format_exc())
+        if error:
+            log.error("%s", error) if code != EXIT_PREEMPTED else log.warning("%s", error)
+        code = _finish(manager, trainer, recorder, work, status, error, code, fit, dist)
+        return code
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _metric_back(metric: float | None, cfg: TrainConfig) -> float | None:
+    # The manager ranks "higher is better"; a loss is handed to it negated.
+    if metric is None:
+        return None
+    return -metric if cfg.checkpoint.metric == "val_loss" else metric
+
+
+def _config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    return (
+        ", ".join(
+            f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+            for k in sorted(new)
+            if old.get(k) != new.get(k)
+        )
+        or "none"
+    )
+
+
+def _save(
+    manager: Any,
+    trainer: Trainer | None,
+    state: dict[str, Any],
+    step: int,
+    metric: float | None,
+    is_best: bool,
+    work: Path,
+) -> None:
+    manager.save(step, state, metric=metric, is_best=is_best)
+    # The metrics so far, beside the checkpoints: a live view for anyone watching the run.
+    if trainer is not None and trainer.metrics.path is not None:
+        trainer.metrics.flush()
+        manager.upload_file("metrics.jsonl", trainer.metrics.path)
+
+
+def _finish(
+    manager: Any,
+    trainer: Trainer | None,
+    recorder: RunRecorder,
+    work: Path,
+    status: str,
+    error: str | None,
+    code: int,
+    fit: Any,
+    dist: DistInfo,
+) -> int:
+    """Outputs and the result, whatever happened. A checkpoint upload error turns a success
+    into a failure: a run whose checkpoints are not safe has not finished."""
+    from training.diagnostics import diagnose, render
+    from training.plot import plot_metrics
+
+    findings: list[dict[str, Any]] = []
+    if manager is not None:
+        try:
+            manager.close()
+        except Exception as exc:
+            log.error("checkpoint upload failed: %s", exc)
+            status, error, code = "failed", f"checkpoint upload failed: {exc}", EXIT_FAILED
+    if trainer is not None and dist.is_main and manager is not None:
+        try:
+            records = trainer.metrics.records
+            trainer.metrics.close()
+            found = diagnose(records)
+            findings = [f.to_dict() for f in found]
+            for f in found:
+                log.warning("diagnosis [%s] %s", f.rule, f.message)
+            diag = work / "diagnosis.json"
+            diag.write_text(
+                json.dumps({"findings": findings, "text": render(found)}, indent=2) + "\n"
+            )
+            manager.upload_file("diagnosis.json", diag)
+            if trainer.metrics.path is not None and trainer.metrics.path.exists():
+                manager.upload_file("metrics.jsonl", trainer.metrics.path)
+            if records:
+                png = plot_metrics(
+                    records, work / "curves.png", title=f"{manager.run_id}: {trainer.arch}"
+                )
+                manager.upload_file("curves.png", png)
+        except Exception:
+            log.exception("writing the run's plot/diagnosis failed")
+    if manager is not None and dist.is_main:
+        best = _safe(manager.best_pointer) or {}
+        latest = _safe(manager.latest_pointer) or {}
+        summary = (
+            result_summary(fit)
+            if fit is not None
+            else {
+                "best_metric": trainer.best_metric if trainer else None,
+                "metric_name": trainer.metric_name if trainer else None,
+                "epochs_done": trainer.epoch if trainer else 0,
+                "steps": trainer.step if trainer else 0,
+            }
+        )
+        result = {
+            "status": status,
+            **summary,
+            "checkpoint_url": best.get("url") or latest.get("url"),
+            "latest_checkpoint_url": latest.get("url"),
+            "run_url": manager.run_url,
+            "error": error,
+            "exit_code": code,
+            "findings": findings,
+        }
+        if trainer is not None:
+            result["final_val"] = dict(trainer.last_val)
+            result["dataset"] = trainer.info.get("dataset")
+        try:
+            manager.write_result(result)
+        except Exception:
+            log.exception("writing result.json failed")
+            code = code or EXIT_FAILED
+        recorder.finished(
+            status,
+            best_metric=summary["best_metric"],
+            metric_name=summary["metric_name"],
+            checkpoint_url=result["checkpoint_url"],
+            error=error,
+        )
+        print(json.dumps({"result": result}), flush=True)
+    barrier(dist) if code in (EXIT_OK, EXIT_PREEMPTED) else None
+    return code
+
+
+def _safe(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception:
+        return None
