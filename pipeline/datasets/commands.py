@@ -87,15 +87,18 @@ def versions_cmd(
         cli.print_json(rows)
         return
     table = Table(title=f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""))
-    for col, justify in (("id", "left"), ("tag", "left"), ("created", "left"), ("samples", "right"),
-                         ("train/val", "right"), ("+added", "right"), ("−removed", "right"), ("~changed", "right"),
-                         ("invalid", "right"), ("status", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    # id and created never wrap (people copy them); the tag folds when the terminal is narrow.
+    table.add_column("id", no_wrap=True, min_width=8)
+    table.add_column("tag", overflow="fold")
+    table.add_column("created (UTC)", no_wrap=True, min_width=16)
+    table.add_column("samples", justify="right")
+    table.add_column("train/val", justify="right")
+    table.add_column("vs parent", justify="right")
+    table.add_column("invalid", justify="right")
     for r in rows:
         table.add_row(
-            r["short_id"], r["tag"], r["created_at"][:19].replace("T", " "), str(r["samples"]),
-            f"{r['train']}/{r['val']}", f"+{r['added']}", f"−{r['removed']}", f"~{r['changed']}",
-            str(r["invalid"]), r["status"],
+            r["short_id"], r["tag"], r["created_at"][:16].replace("T", " "), str(r["samples"]),
+            f"{r['train']}/{r['val']}", f"+{r['added']} −{r['removed']} ~{r['changed']}", str(r["invalid"]),
         )
     cli.console.print(table)
 
