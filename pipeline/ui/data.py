@@ -17,6 +17,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from pipeline.metadata.datasets import DatasetVersion, VersionInvalid, VersionSample
+from pipeline.metadata.runs import TrainingRun
 from pipeline.metadata.store import MetadataStore
 
 MAX_LIMIT = 500
@@ -102,49 +103,34 @@ def resolve(session: Session, ref: str, dataset: str | None = None) -> DatasetVe
 
 
 def runs_for_versions(session: Session, version_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """The training runs of each version, in ONE query for the whole page.
-
-    The runs table belongs to the trainer's part; until its model exists this returns no runs.
-    """
+    """The training runs of each version (newest first), in ONE query for the whole page."""
     out: dict[str, list[dict[str, Any]]] = {vid: [] for vid in version_ids}
-    model = _run_model()
-    if model is None or not version_ids:
+    if not version_ids:
         return out
     rows = session.scalars(
-        select(model)
-        .where(model.version_id.in_(version_ids))
-        .order_by(model.started_at.desc() if hasattr(model, "started_at") else model.run_id)
+        select(TrainingRun)
+        .where(TrainingRun.version_id.in_(version_ids))
+        .order_by(TrainingRun.started_at.desc(), TrainingRun.run_id)
     ).all()
     for r in rows:
         out.setdefault(r.version_id, []).append(run_dict(r))
     return out
 
 
-def run_dict(r: Any) -> dict[str, Any]:
-    get = lambda name: getattr(r, name, None)  # noqa: E731 — tolerate optional columns
+def run_dict(r: TrainingRun) -> dict[str, Any]:
     return {
         "run_id": r.run_id,
-        "status": get("status"),
-        "best_metric": get("best_metric"),
-        "metric_name": get("metric_name"),
-        "dag_id": get("dag_id"),
-        "dag_run_id": get("dag_run_id"),
-        "launcher": get("launcher"),
-        "started_at": _iso(get("started_at")),
-        "finished_at": _iso(get("finished_at")),
-        "checkpoint_url": get("checkpoint_url"),
+        "status": r.status,
+        "best_metric": r.best_metric,
+        "metric_name": r.metric_name,
+        "dag_id": r.dag_id,
+        "dag_run_id": r.dag_run_id,
+        "launcher": r.launcher,
+        "params": r.params,
+        "started_at": _iso(r.started_at),
+        "finished_at": _iso(r.finished_at),
+        "checkpoint_url": r.checkpoint_url,
     }
-
-
-def _run_model() -> Any:
-    """The ORM class of the runs table (mapped with a ``version_id`` column), if it exists."""
-    from pipeline.metadata import runs as runs_mod
-
-    for obj in vars(runs_mod).values():
-        table = getattr(obj, "__table__", None)
-        if table is not None and "run_id" in table.c and "version_id" in table.c:
-            return obj
-    return None
 
 
 # --- listings -------------------------------------------------------------------------------
@@ -336,7 +322,9 @@ def get_version(store: MetadataStore, ref: str, dataset: str | None = None) -> d
             {"version_id": o[0], "tag": o[1], "created_at": _iso(o[2])} for o in siblings
         ]
         out["invalid_files"] = invalid_files_in(s, v.version_id, limit=100, offset=0)
-        out["runs"] = runs_for_versions(s, [v.version_id])[v.version_id]
+    from pipeline.runs import runs_for_version
+
+    out["runs"] = runs_for_version(v.version_id, store=store)
     out["best_metric"] = _best(out["runs"])
     out["train_command"] = train_commands(v.dataset, v.version_id)
     return out
@@ -374,13 +362,18 @@ def invalid_files(
         return invalid_files_in(s, v.version_id, limit=limit, offset=offset)
 
 
-def train_commands(dataset: str, version_id: str) -> dict[str, Any]:
-    """How to train on exactly this version: env contract, CLI, and the train DAG's conf."""
-    conf = {"dataset": dataset, "version": version_id, "epochs": 10}
+def train_commands(dataset: str, version_id: str, *, epochs: int = 3) -> dict[str, Any]:
+    """How to train on exactly this version (pinned by id, never ``latest``): the trainer's
+    environment contract, the CLI, and the conf of the ``train`` DAG (its param names)."""
+    conf = {"dataset": dataset, "dataset_version": version_id, "epochs": epochs}
     return {
-        "env": {"DATASET_NAME": dataset, "DATASET_VERSION": version_id},
-        "shell": f"DATASET_NAME={_sh(dataset)} DATASET_VERSION={version_id} TRAIN_EPOCHS=10 python -m training",
-        "cli": f"laketrain train {_sh(dataset)} --version {version_id} --epochs 10",
+        "env": {
+            "DATASET_NAME": dataset,
+            "DATASET_VERSION": version_id,
+            "TRAIN_EPOCHS": str(epochs),
+        },
+        "shell": f"DATASET_NAME={_sh(dataset)} DATASET_VERSION={version_id} TRAIN_EPOCHS={epochs} python -m training",
+        "cli": f"laketrain train --dataset {_sh(dataset)} --version {version_id} --epochs {epochs}",
         "dag_id": "train",
         "dag_conf": conf,
         "dag_conf_json": json.dumps(conf),

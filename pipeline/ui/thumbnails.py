@@ -34,6 +34,14 @@ def to_image(x: np.ndarray) -> Image.Image:
     raise NoThumbnails(f"sample has {c} channels")
 
 
+def fit(img: Image.Image, cell: int) -> Image.Image:
+    """Scale to fit a cell; nearest when enlarging keeps 8×8 digits crisp instead of a blur."""
+    scale = cell / max(img.size)
+    size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+    resample = Image.Resampling.NEAREST if scale >= 1 else Image.Resampling.BILINEAR
+    return img.resize(size, resample)
+
+
 def render_grid(rows: list[tuple[str, list[np.ndarray]]], *, cell: int = CELL) -> bytes:
     """PNG bytes: one row per (label, samples), the label written at the left."""
     if not rows:
@@ -48,17 +56,7 @@ def render_grid(rows: list[tuple[str, list[np.ndarray]]], *, cell: int = CELL) -
         text = label if len(label) <= 18 else label[:17] + "…"
         draw.text((PAD, top + cell // 2 - 6), text, fill=(30, 30, 30))
         for c, x in enumerate(samples):
-            img = to_image(x)
-            # Nearest keeps small images (8×8 digits) crisp instead of a blur.
-            resample = (
-                Image.Resampling.NEAREST if max(img.size) < cell else Image.Resampling.BILINEAR
-            )
-            img.thumbnail((cell, cell), resample) if max(img.size) >= cell else None
-            if max(img.size) < cell:
-                scale = cell / max(img.size)
-                img = img.resize(
-                    (max(1, round(img.width * scale)), max(1, round(img.height * scale))), resample
-                )
+            img = fit(to_image(x), cell)
             left = LABEL_W + PAD + c * (cell + PAD)
             grid.paste(img, (left + (cell - img.width) // 2, top + (cell - img.height) // 2))
     buf = io.BytesIO()

@@ -84,9 +84,11 @@ def test_version_detail_shape(client, versions):
     assert v["train_command"]["env"] == {
         "DATASET_NAME": "pets",
         "DATASET_VERSION": versions[1].version_id,
+        "TRAIN_EPOCHS": "3",
     }
+    assert f"--version {versions[1].version_id}" in v["train_command"]["cli"]
     assert f"DATASET_VERSION={versions[1].version_id}" in v["train_command"]["shell"]
-    assert v["train_command"]["dag_conf"]["version"] == versions[1].version_id
+    assert v["train_command"]["dag_conf"]["dataset_version"] == versions[1].version_id
     assert {o["version_id"] for o in v["others"]} == {
         versions[0].version_id,
         versions[2].version_id,
