@@ -102,9 +102,8 @@ class CheckpointManager:
         on_delete: DeleteHook | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("file://", "s3://")):
-            raise ValueError(
-                f"checkpoint base_url must start with file:// or s3://, got {base_url!r}"
-            )
+            shown = "<a URL with credentials>" if "@" in str(base_url) else repr(base_url)
+            raise ValueError(f"checkpoint base_url must start with file:// or s3://, got {shown}")
         if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
             raise ValueError(
                 f"run_id {run_id!r} is not valid: use 1-255 letters, digits and ._:+=@- "

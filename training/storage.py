@@ -76,8 +76,10 @@ def store_for(url: str) -> ObjectStore:
     """The backend for ``url``'s scheme: ``file://`` or ``s3://``."""
     scheme = urlsplit(url).scheme
     if scheme == "file":
+        file_url_to_path(url)  # validate now, not at the first upload
         return LocalStore()
     if scheme == "s3":
+        split_s3_url(url)
         return S3Store()
     raise ValueError(f"unsupported storage URL {url!r}: expected file:///... or s3://bucket/prefix")
 
@@ -108,9 +110,24 @@ def _atomic_write(dest: Path, write: Any) -> None:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, dest)
+        _fsync_dir(dest.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Make the rename itself durable: a commit marker must survive a power cut once written.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class LocalStore:
@@ -182,6 +199,12 @@ class LocalStore:
 def split_s3_url(url: str) -> tuple[str, str]:
     """``s3://bucket/a/b`` → ``("bucket", "a/b")``."""
     parts = urlsplit(url)
+    if parts.scheme == "s3" and "@" in parts.netloc:
+        # Never echo this URL: the part before "@" is a credential.
+        raise ValueError(
+            "an s3:// URL must not embed credentials (user:secret@bucket); "
+            "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY instead"
+        )
     if parts.scheme != "s3" or not parts.netloc:
         raise ValueError(f"not an s3://bucket/key URL: {url!r}")
     return parts.netloc, parts.path.lstrip("/")

@@ -36,6 +36,14 @@ def test_store_for_picks_backend_by_scheme(tmp_path: Path) -> None:
     for bad in ("http://x/y", "/abs/path", "gs://b/k"):
         with pytest.raises(ValueError, match="unsupported storage URL"):
             store_for(bad)
+    with pytest.raises(ValueError, match="not absolute|names a host"):
+        store_for("file://relative/dir")
+
+
+def test_s3_url_with_embedded_credentials_is_refused_without_echoing_them() -> None:
+    with pytest.raises(ValueError, match="must not embed credentials") as info:
+        store_for("s3://AKIAXX:topsecret123@bucket/prefix")
+    assert "topsecret123" not in str(info.value)
 
 
 def test_join_keeps_urls_as_strings() -> None:
