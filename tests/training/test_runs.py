@@ -183,3 +183,27 @@ def test_migration_0003_creates_and_drops_its_tables(store) -> None:
 def test_pipeline_runs_does_not_import_torch() -> None:
     code = "import sys, pipeline.runs; sys.exit(1 if 'torch' in sys.modules or 'airflow' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
+
+
+def test_concurrent_first_attempts_make_one_row(store) -> None:
+    # Two launchers racing to record the same new run: the loser of the insert updates instead.
+    import threading
+
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            barrier.wait(timeout=30)
+            runs.record_run_started("run-race", "digits", "ver1", {"lr": 1}, store=store)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert _count(store, TrainingRun) == 1
+    assert runs.get_run("run-race", store=store)["attempts"] == 4
