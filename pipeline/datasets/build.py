@@ -495,6 +495,7 @@ def commit(
         diff = _diff(parent_rows, samples)
         folder = mf.version_dir(data_root, dataset, version_id)
         _clean_staging(folder.parent)
+        clean_stale_temps(data_root, rh)
         if (folder / mf.MANIFEST).is_file():
             # Published before a crash, never recorded: keep what is on disk (same content).
             manifest, manifest_sha = mf.read_manifest(folder)

@@ -5,7 +5,8 @@ stderr and sleep there; the test waits for the marker and sends SIGKILL. Unset, 
 Points: ``process_decoded`` (after decoding a shard, before writing its segment),
 ``segment_before_rename``, ``before_commit`` (every segment written and recorded),
 ``commit_staged`` (version folder staged, not yet renamed), ``commit_renamed`` (folder
-published, store not yet committed).
+published, store not yet committed). ``LAKETRAIN_TEST_PAUSE_NTH=<n>`` pauses at the n-th
+time the point is reached in the process (default the first).
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ import os
 import sys
 import time
 
+_seen: dict[str, int] = {}
+
 
 def pause_hook(point: str) -> None:
-    if os.environ.get("LAKETRAIN_TEST_PAUSE_AT") == point:
+    if os.environ.get("LAKETRAIN_TEST_PAUSE_AT") != point:
+        return
+    _seen[point] = _seen.get(point, 0) + 1
+    if _seen[point] == int(os.environ.get("LAKETRAIN_TEST_PAUSE_NTH", "1")):
         sys.stderr.write(f"LAKETRAIN_PAUSED_AT {point}\n")
         sys.stderr.flush()
         time.sleep(float(os.environ.get("LAKETRAIN_TEST_PAUSE_SECONDS", "60")))

@@ -176,7 +176,7 @@ def _temp_is_stale(tmp: Path, host: str) -> bool:
     parts = tmp.name.split("-")
     # .tmp-<id16>-<host...>-<pid>-<rand>: the host may itself contain dashes.
     if len(parts) >= 5:
-        pid_text, owner = parts[-2], "-".join(parts[3:-2])
+        pid_text, owner = parts[-2], "-".join(parts[2:-2])
         if owner == host and pid_text.isdigit():
             return not _pid_alive(int(pid_text))
     try:
