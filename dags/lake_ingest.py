@@ -1,0 +1,104 @@
+"""
+### lake_ingest — new files in the lake become new dataset versions
+
+Runs when the lake watcher sees settled changes (asset `laketrain://lake`), and every hour as a
+reconcile that catches anything an event missed.
+
+1. **scan** — stat every lake file, hash only new or changed ones into the ledger; the log lists
+   the summary and every refused, unreadable or invalid file.
+2. **plan** — per dataset, the files the ledger has that no processed sample covers yet, in shards.
+3. **process** — one mapped task per shard (runs in parallel); idempotent.
+4. **commit** — one mapped task per dataset: publishes a new version, or nothing when the
+   content did not change; each new version is an asset event on `laketrain://datasets/<name>`
+   with `{dataset, version_id, tag, samples, added, removed}`.
+
+The DAG works from the ledger, never from the event payload: a collapsed, duplicated or missed
+event never loses a file or processes one twice. One ingest runs at a time; every step is safe
+to retry.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from airflow.sdk import (
+    Asset,
+    AssetAlias,
+    AssetOrTimeSchedule,
+    AssetWatcher,
+    CronTriggerTimetable,
+    Metadata,
+    dag,
+    task,
+)
+
+from pipeline.orchestration import dagconfig
+from pipeline.orchestration.tasks import DATASET_ALIAS, LAKE_ASSET_URI
+from pipeline.orchestration.trigger import LakeTrigger
+
+lake = Asset(
+    name=LAKE_ASSET_URI,
+    uri=LAKE_ASSET_URI,
+    watchers=[
+        AssetWatcher(
+            name="lake_watcher",
+            trigger=LakeTrigger(
+                lake=dagconfig.lake_dir(),
+                poll_seconds=dagconfig.poll_seconds(),
+                settle_seconds=dagconfig.settle_seconds(),
+            ),
+        )
+    ],
+)
+versions = AssetAlias(DATASET_ALIAS)
+
+
+@dag(
+    dag_id=Path(__file__).stem,
+    doc_md=__doc__,
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("@hourly", timezone="UTC"), assets=lake
+    ),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
+    tags=["laketrain"],
+)
+def lake_ingest():
+    @task
+    def scan() -> list[str]:
+        from pipeline.orchestration.tasks import scan_lake
+
+        return scan_lake()["datasets"]
+
+    @task
+    def plan(datasets: list[str]) -> list[dict]:
+        from pipeline.orchestration.tasks import plan_shards
+
+        return plan_shards(datasets)
+
+    @task(map_index_template="{{ task.op_kwargs['shard']['dataset'] }}")
+    def process(shard: dict) -> dict:
+        from pipeline.orchestration.tasks import process_shard
+
+        return process_shard(shard)
+
+    # none_failed: with no shard to process (only deletions, or nothing new), process is
+    # skipped and the commit still runs.
+    @task(outlets=[versions], trigger_rule="none_failed", map_index_template="{{ task.op_kwargs['dataset'] }}")
+    def commit(dataset: str, segments: list[dict] | None = None):
+        from pipeline.orchestration.tasks import commit_dataset, dataset_asset_uri
+
+        extra = commit_dataset(dataset, list(segments or []))
+        if extra is not None:
+            uri = dataset_asset_uri(dataset)
+            yield Metadata(Asset(name=uri, uri=uri), extra=extra, alias=versions)
+
+    datasets = scan()
+    segments = process.expand(shard=plan(datasets))
+    commit.partial(segments=segments).expand(dataset=datasets)
+
+
+lake_ingest()

@@ -1,0 +1,183 @@
+"""
+### train — train a model on a dataset version
+
+**From the UI**: *Trigger DAG* opens a form — dataset and version (`latest`, a tag, an id or a
+unique id prefix), epochs, batch size, learning rate, AMP, gradient checkpointing, model, seed,
+launcher (`local` process, `docker` container or `kubernetes` pod) and GPUs.
+
+**By itself**: a new version of a dataset whose recipe sets `auto_train = true` (an asset event
+on `laketrain://datasets/<name>`) starts a run on that version with the form's defaults.
+
+1. **resolve** — the version must exist (the error lists the latest ones when it does not);
+2. **check_leakage** — train and validation must share no sample;
+3. **record_run** — the run, its params and its version go into the metadata store;
+4. **launch** — the trainer runs with the environment contract (`DATASET_*`, `DATA_ROOT`,
+   `CHECKPOINT_URL`, `RUN_ID`, `TRAIN_*`, boto3's `AWS_*`); `RUN_ID` is the same for every
+   retry of this DAG run, so a retry resumes from the last checkpoint;
+5. **record_result** — status, best metric and checkpoint URL from the trainer's
+   `result.json`; a successful run is an asset event on `laketrain://models/<dataset>`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from airflow.sdk import Asset, AssetAlias, AssetAny, Metadata, Param, dag, task
+
+from pipeline.orchestration import dagconfig
+from pipeline.orchestration.env_contract import AMP_MODES, LAUNCHERS, MODELS
+from pipeline.orchestration.tasks import MODEL_ALIAS, dataset_asset_uri
+
+_recipes = dagconfig.recipe_names()
+_auto = [Asset(name=dataset_asset_uri(n), uri=dataset_asset_uri(n)) for n in dagconfig.auto_train_datasets()]
+models = AssetAlias(MODEL_ALIAS)
+
+_dataset_param = (
+    Param(
+        "digits" if "digits" in _recipes else _recipes[0],
+        type="string",
+        enum=_recipes,
+        title="Dataset",
+        description="The dataset to train on (a lake folder with a recipe in recipes/).",
+    )
+    if _recipes
+    else Param("", type="string", minLength=1, title="Dataset", description="The dataset to train on.")
+)
+
+params = {
+    "dataset": _dataset_param,
+    "dataset_version": Param(
+        "latest",
+        type="string",
+        minLength=1,
+        title="Dataset version",
+        description="'latest', a version tag (digits_v20261129_ab12cd34), a version id or a unique id prefix.",
+    ),
+    "epochs": Param(3, type="integer", minimum=1, maximum=10_000, title="Epochs", description="Passes over the training split."),
+    "batch_size": Param(64, type="integer", minimum=1, maximum=65_536, title="Batch size", description="Samples per optimizer step (per GPU)."),
+    "lr": Param(0.01, type="number", exclusiveMinimum=0, maximum=10, title="Learning rate", description="Peak learning rate of the schedule."),
+    "amp": Param("auto", type="string", enum=list(AMP_MODES), title="Mixed precision", description="auto: bf16 where the GPU supports it, else fp16; off on CPU."),
+    "grad_checkpointing": Param(False, type="boolean", title="Gradient checkpointing", description="Trade compute for memory: recompute activations in the backward pass."),
+    "model": Param("auto", type="string", enum=list(MODELS), title="Model", description="auto picks from the data: a ResNet for images, an MLP for tables."),
+    "seed": Param(0, type="integer", minimum=0, maximum=2**31 - 1, title="Seed", description="Random seed of initialisation and shuffling."),
+    "launcher": Param("local", type="string", enum=list(LAUNCHERS), title="Launcher", description="local: a process on the worker; docker: a GPU container; kubernetes: a GPU pod."),
+    "gpus": Param(-1, type="integer", minimum=-1, maximum=64, title="GPUs", description="-1: all GPUs of the machine (one on Kubernetes), 0: CPU only, N: N GPUs."),
+}
+
+
+@dag(
+    dag_id=Path(__file__).stem,
+    doc_md=__doc__,
+    schedule=AssetAny(*_auto) if _auto else None,
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=dagconfig.max_active_training_runs(),
+    params=params,
+    tags=["laketrain"],
+)
+def train():
+    @task
+    def resolve(**context) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from pipeline.orchestration import tasks
+        from pipeline.orchestration.env_contract import sanitize_run_id
+
+        events = [
+            e.extra for ev in (context.get("triggering_asset_events") or {}).values() for e in ev
+        ]
+        events = [e for e in events if isinstance(e, dict) and e.get("version_id")]
+        try:
+            p = tasks.choose_params(context["params"], events)
+            version = tasks.resolve_version(p)
+        except tasks.SkipRun as exc:
+            # Not AirflowSkipException: record_result (all_done) must tell "nothing to do"
+            # from "resolve failed", and a skip leaves no XCom to tell them apart by.
+            return {"skip": str(exc)}
+        except tasks.RunRefused as exc:
+            raise AirflowFailException(str(exc)) from None
+        dag_run = context["dag_run"]
+        return {
+            **version,
+            "params": p.to_dict(),
+            "run_id": sanitize_run_id(dag_run.dag_id, dag_run.run_id),
+            "dag_run_id": dag_run.run_id,
+        }
+
+    @task
+    def check_leakage(resolved: dict) -> int:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from pipeline.orchestration import tasks
+
+        tasks.skip_if_nothing_to_do(resolved)
+        try:
+            return tasks.leakage_check(resolved["dataset"], resolved["version_id"])
+        except tasks.RunRefused as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    @task
+    def record_run(resolved: dict) -> dict:
+        from pipeline.orchestration import tasks
+        from pipeline.orchestration.env_contract import TrainParams
+
+        tasks.skip_if_nothing_to_do(resolved)
+        return tasks.record_started(
+            resolved["run_id"],
+            TrainParams.from_mapping(resolved["params"]),
+            resolved["version_id"],
+            dag_id="train",
+            dag_run_id=resolved["dag_run_id"],
+        )
+
+    @task(retries=3, retry_delay=timedelta(seconds=5))
+    def launch(resolved: dict, **context) -> int:
+        from pipeline.orchestration import tasks
+        from pipeline.orchestration.env_contract import TrainParams
+        from pipeline.orchestration.launchers import exit_outcome
+
+        tasks.skip_if_nothing_to_do(resolved)
+        code = tasks.launch(
+            TrainParams.from_mapping(resolved["params"]),
+            run_id=resolved["run_id"],
+            version_id=resolved["version_id"],
+            context=context,
+        )
+        exit_outcome(code)  # raises: retry on 75/1, fail at once on 2/3
+        return code
+
+    @task(outlets=[models], trigger_rule="all_done")
+    def record_result(**context):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from pipeline.orchestration import tasks
+
+        ti = context["ti"]
+        resolved = ti.xcom_pull(task_ids="resolve")
+        started = ti.xcom_pull(task_ids="record_run")
+        if resolved is None:
+            raise AirflowFailException("resolve failed: see its log")
+        tasks.skip_if_nothing_to_do(resolved)
+        if started is None:
+            raise AirflowFailException("the run did not start: see the failed task before launch")
+        code = ti.xcom_pull(task_ids="launch")
+        failed = None if code == 0 else "the trainer did not finish: see the launch task's log"
+        outcome = tasks.record_finished(resolved["run_id"], launch_failed=failed)
+        if outcome["status"] != "succeeded":
+            raise AirflowFailException(f"training run {resolved['run_id']} {outcome['status']}")
+        uri = tasks.model_asset_uri(resolved["dataset"])
+        yield Metadata(
+            Asset(name=uri, uri=uri),
+            extra={**outcome, "dataset": resolved["dataset"], "version_id": resolved["version_id"]},
+            alias=models,
+        )
+
+    resolved = resolve()
+    checked = check_leakage(resolved)
+    recorded = record_run(resolved)
+    launched = launch(resolved)
+    checked >> recorded >> launched >> record_result()
+
+
+train()

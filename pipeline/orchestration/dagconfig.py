@@ -1,0 +1,63 @@
+"""What the DAG files need at parse time, computed cheaply: settings and the recipes folder.
+
+Nothing here touches a database, a connection or the network: the dag-processor parses the
+DAG files every few seconds and must never block on (or fail because of) a service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+
+def lake_dir() -> str:
+    from pipeline.settings import get_settings
+
+    return str(get_settings().lake_dir)
+
+
+def settle_seconds() -> float:
+    from pipeline.settings import get_settings
+
+    return get_settings().settle_seconds
+
+
+def poll_seconds() -> float:
+    """Seconds between two stat walks of the lake watcher (``LAKETRAIN_POLL_SECONDS``)."""
+    raw = os.environ.get("LAKETRAIN_POLL_SECONDS", "2")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"LAKETRAIN_POLL_SECONDS={raw!r}: must be a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"LAKETRAIN_POLL_SECONDS={raw!r}: must be > 0")
+    return value
+
+
+def recipe_names() -> list[str]:
+    """Datasets with a recipe file (the train form's dataset choices)."""
+    from pipeline.datasets.recipes import list_recipes
+
+    return list_recipes()
+
+
+def auto_train_datasets() -> list[str]:
+    """Datasets whose recipe sets ``auto_train``. A broken recipe is left out (and logged):
+    it must not stop the train DAG from loading; the ingest reports it by name."""
+    from pipeline.datasets.recipes import load_recipe
+
+    out = []
+    for name in recipe_names():
+        try:
+            if load_recipe(name).auto_train:
+                out.append(name)
+        except ValueError as exc:
+            log.warning("recipe %s not readable, not auto-training on it: %s", name, exc)
+    return out
+
+
+def max_active_training_runs() -> int:
+    """Training runs at once (``LAKETRAIN_MAX_ACTIVE_TRAINING``, default 1: one GPU box)."""
+    return max(1, int(os.environ.get("LAKETRAIN_MAX_ACTIVE_TRAINING", "1")))

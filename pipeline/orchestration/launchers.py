@@ -1,0 +1,386 @@
+"""Launch the trainer: a local process, a Docker container or a Kubernetes pod.
+
+All three get the same environment (``env_contract.build_trainer_env``). The Docker and
+Kubernetes parts are argument builders plus operator factories: the arguments are plain data
+that tests compare exactly, and the operators are built from them (Airflow providers are
+imported only inside the factories).
+
+The local launcher runs ``python -m training`` with exactly the environment a container would
+get, streams its output line by line into the task log, and on any way out (task killed,
+timeout, error) stops the whole process group: SIGTERM, a grace period in which the trainer
+checkpoints and exits 75, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pipeline.orchestration.env_contract import TrainerEnv
+
+log = logging.getLogger(__name__)
+
+CONTAINER_DATA_ROOT = "/data"
+CONTAINER_CHECKPOINTS = "/checkpoints"
+TRAINER_COMMAND = ["python", "-m", "training"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_CONFIG = 2
+EXIT_DATA_REFUSED = 3
+EXIT_TEMPFAIL = 75  # stopped by SIGTERM after a checkpoint: a retry resumes
+
+
+@dataclass(frozen=True)
+class LauncherConfig:
+    """Deployment knobs of the container launchers, from ``LAKETRAIN_*`` variables."""
+
+    trainer_image: str = "laketrain-trainer:latest"
+    docker_url: str = "unix://var/run/docker.sock"
+    docker_network: str | None = None
+    k8s_namespace: str = "default"
+    k8s_data_pvc: str = "laketrain-data"
+    k8s_aws_secret: str = "laketrain-aws"
+    k8s_in_cluster: bool = False
+    k8s_config_file: str | None = None
+    kill_grace_seconds: float = 30.0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> LauncherConfig:
+        env = os.environ if environ is None else environ
+        d = cls()
+        return cls(
+            trainer_image=env.get("LAKETRAIN_TRAINER_IMAGE") or d.trainer_image,
+            docker_url=env.get("LAKETRAIN_DOCKER_URL") or d.docker_url,
+            docker_network=env.get("LAKETRAIN_DOCKER_NETWORK") or None,
+            k8s_namespace=env.get("LAKETRAIN_K8S_NAMESPACE") or d.k8s_namespace,
+            k8s_data_pvc=env.get("LAKETRAIN_K8S_DATA_PVC") or d.k8s_data_pvc,
+            k8s_aws_secret=env.get("LAKETRAIN_K8S_AWS_SECRET") or d.k8s_aws_secret,
+            k8s_in_cluster=(env.get("LAKETRAIN_K8S_IN_CLUSTER") or "").lower() in ("1", "true", "yes"),
+            k8s_config_file=env.get("LAKETRAIN_K8S_CONFIG_FILE") or None,
+            kill_grace_seconds=float(env.get("LAKETRAIN_KILL_GRACE_SECONDS") or d.kill_grace_seconds),
+        )
+
+
+# --------------------------------------------------------------------------- local process
+
+
+class LocalTrainer:
+    """``python -m training`` as a child process in its own process group."""
+
+    def __init__(
+        self,
+        env: TrainerEnv,
+        *,
+        python: str = sys.executable,
+        cwd: str | None = None,
+        grace_seconds: float = 30.0,
+        command: list[str] | None = None,
+    ) -> None:
+        self.env = env
+        self.argv = command or [python, "-m", "training"]
+        self.cwd = cwd
+        self.grace_seconds = grace_seconds
+        self.proc: subprocess.Popen[str] | None = None
+        self.killed_by: str | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env.merged(),
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # its own process group: one killpg reaches its workers too
+            preexec_fn=_die_with_parent,
+        )
+        log.info("trainer started: pid %d, %s", self.proc.pid, " ".join(self.argv[1:]))
+
+    def stream(self, emit: Callable[[str], None]) -> int:
+        """Forward every output line to ``emit`` until the process exits; return its code."""
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            emit(line.rstrip("\n"))
+        return self.proc.wait()
+
+    def terminate(self, reason: str = "terminated") -> None:
+        """SIGTERM to the group, wait ``grace_seconds``, then SIGKILL. Safe to call twice and
+        from a signal handler (the waiting happens in a thread)."""
+        with self._lock:
+            proc = self.proc
+            if proc is None or proc.poll() is not None or self.killed_by is not None:
+                return
+            self.killed_by = reason
+        log.warning("stopping the trainer (pid %d): %s", proc.pid, reason)
+        _killpg(proc.pid, signal.SIGTERM)
+
+        def reap() -> None:
+            try:
+                proc.wait(timeout=self.grace_seconds)
+            except subprocess.TimeoutExpired:
+                log.warning("trainer ignored SIGTERM for %.0fs: SIGKILL", self.grace_seconds)
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            # Children that outlived the leader (data workers) go too.
+            _killpg(proc.pid, signal.SIGKILL)
+
+        threading.Thread(target=reap, name="trainer-reaper", daemon=True).start()
+
+    def wait_stopped(self, timeout: float | None = None) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def run_local(
+    env: TrainerEnv,
+    *,
+    emit: Callable[[str], None] | None = None,
+    grace_seconds: float = 30.0,
+    python: str = sys.executable,
+    cwd: str | None = None,
+    command: list[str] | None = None,
+    on_started: Callable[[LocalTrainer], None] | None = None,
+) -> int:
+    """Run the trainer to the end and return its exit code.
+
+    While it runs, SIGTERM to this process (what Airflow sends a task it kills) stops the
+    trainer's group first, then the previous handler runs (Airflow's, which calls on_kill).
+    Leaving by an exception (a timeout) also stops it.
+    """
+    emit = emit or (lambda line: log.info("%s", line))
+    trainer = LocalTrainer(env, python=python, cwd=cwd, grace_seconds=grace_seconds, command=command)
+    previous = None
+    in_main = threading.current_thread() is threading.main_thread()
+
+    def on_term(signum: int, frame: Any) -> None:
+        trainer.terminate(f"signal {signal.Signals(signum).name}")
+        if callable(previous) and previous not in (signal.SIG_IGN, signal.SIG_DFL):
+            previous(signum, frame)
+
+    if in_main:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        trainer.start()
+        if on_started:
+            on_started(trainer)
+        code = trainer.stream(emit)
+        if trainer.killed_by:
+            # Output ends when the leader exits; let the reaper finish the group.
+            trainer.wait_stopped(timeout=grace_seconds + 5)
+        return code
+    except BaseException:
+        trainer.terminate("the task stopped")
+        trainer.wait_stopped(timeout=grace_seconds + 5)
+        raise
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _die_with_parent() -> None:
+    # If the task process itself is SIGKILLed (no handler runs), the kernel still sends the
+    # trainer SIGTERM, so it checkpoints and exits instead of running on as an orphan.
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def _container_env(env: TrainerEnv, checkpoint_url: str) -> dict[str, str]:
+    """The public env with host paths replaced by the container's mount points."""
+    public = {k: v for k, v in env.public.items() if k not in ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")}
+    public["DATA_ROOT"] = CONTAINER_DATA_ROOT
+    if checkpoint_url.startswith("file://"):
+        public["CHECKPOINT_URL"] = f"file://{CONTAINER_CHECKPOINTS}"
+    db = public.get("METADATA_DB_URL", "")
+    if db.startswith("sqlite"):
+        # A SQLite file on the host is not reachable (and the data volume is read-only): the
+        # trainer's store is optional, the DAG records the run itself.
+        public.pop("METADATA_DB_URL")
+    return public
+
+
+def docker_kwargs(
+    env: TrainerEnv,
+    *,
+    run_id: str,
+    gpus: int,
+    host_data_root: str,
+    checkpoint_url: str,
+    config: LauncherConfig,
+    task_id: str = "train_docker",
+) -> dict[str, Any]:
+    """The DockerOperator's arguments: data mounted read-only, GPUs by device request, the
+    secrets in ``private_environment`` (not rendered, not logged)."""
+    from docker.types import DeviceRequest, Mount
+
+    mounts = [Mount(target=CONTAINER_DATA_ROOT, source=str(host_data_root), type="bind", read_only=True)]
+    if checkpoint_url.startswith("file://"):
+        mounts.append(
+            Mount(target=CONTAINER_CHECKPOINTS, source=_file_url_path(checkpoint_url), type="bind", read_only=False)
+        )
+    kwargs: dict[str, Any] = {
+        "task_id": task_id,
+        "image": config.trainer_image,
+        "command": list(TRAINER_COMMAND),
+        "container_name": f"laketrain-{run_id}"[:128],
+        "docker_url": config.docker_url,
+        "environment": _container_env(env, checkpoint_url),
+        "private_environment": dict(env.secret),
+        "mounts": mounts,
+        "device_requests": [DeviceRequest(count=gpus, capabilities=[["gpu"]])] if gpus != 0 else None,
+        "auto_remove": "success",
+        "mount_tmp_dir": False,
+        "shm_size": 2 * 1024**3,  # DataLoader workers share batches through /dev/shm
+        "network_mode": config.docker_network,
+        "labels": {"laketrain.run_id": run_id},
+        "do_xcom_push": False,  # the last log line would land in XCom otherwise
+    }
+    return kwargs
+
+
+def docker_operator(**kwargs: Any) -> Any:
+    from airflow.providers.docker.operators.docker import DockerOperator
+
+    return DockerOperator(**kwargs)
+
+
+def kubernetes_kwargs(
+    env: TrainerEnv,
+    *,
+    run_id: str,
+    gpus: int,
+    checkpoint_url: str,
+    config: LauncherConfig,
+    task_id: str = "train_kubernetes",
+) -> dict[str, Any]:
+    """The KubernetesPodOperator's arguments. Secrets are NOT copied into the pod spec: the
+    pod reads them from the Kubernetes Secret ``config.k8s_aws_secret`` (``env_from``), so they
+    never appear in the rendered pod or in Airflow."""
+    from kubernetes.client import models as k8s
+
+    if checkpoint_url.startswith("file://"):
+        raise ValueError(
+            "CHECKPOINT_URL: the kubernetes launcher needs object storage (s3://...), "
+            f"a pod cannot write the scheduler host's {checkpoint_url}"
+        )
+    public = _container_env(env, checkpoint_url)
+    resources = None
+    tolerations = None
+    if gpus != 0:
+        # A pod cannot ask for "all GPUs": -1 (all, for Docker) becomes one whole GPU here.
+        count = str(gpus if gpus > 0 else 1)
+        resources = k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": count})
+        tolerations = [k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+    label_run = _k8s_label(run_id)
+    return {
+        "task_id": task_id,
+        "name": f"laketrain-train-{label_run}"[:63].rstrip("-."),
+        "namespace": config.k8s_namespace,
+        "image": config.trainer_image,
+        "cmds": list(TRAINER_COMMAND),
+        "env_vars": [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(public.items())],
+        "env_from": [
+            k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=config.k8s_aws_secret, optional=True))
+        ],
+        "container_resources": resources,
+        "tolerations": tolerations,
+        "volumes": [
+            k8s.V1Volume(
+                name="data",
+                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+                    claim_name=config.k8s_data_pvc, read_only=True
+                ),
+            )
+        ],
+        "volume_mounts": [k8s.V1VolumeMount(name="data", mount_path=CONTAINER_DATA_ROOT, read_only=True)],
+        "labels": {"app": "laketrain-trainer", "laketrain/run-id": label_run},
+        "in_cluster": config.k8s_in_cluster,
+        "config_file": config.k8s_config_file,
+        "get_logs": True,
+        "on_finish_action": "delete_succeeded_pod",
+        "do_xcom_push": False,
+        "reattach_on_restart": True,  # a retried task finds its running pod instead of a second one
+    }
+
+
+def kubernetes_operator(**kwargs: Any) -> Any:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    return KubernetesPodOperator(**kwargs)
+
+
+def _file_url_path(url: str) -> str:
+    parts = urlsplit(url)
+    from urllib.parse import unquote
+
+    return str(Path(unquote(parts.path)))
+
+
+def _k8s_label(value: str) -> str:
+    import re
+
+    clean = re.sub(r"[^a-z0-9.-]+", "-", value.lower()).strip("-.")
+    return clean[:63].rstrip("-.") or "run"
+
+
+class TrainerExit(RuntimeError):
+    """The trainer exited with a code other than 0; ``retry`` says whether a retry can help."""
+
+    def __init__(self, code: int, retry: bool, message: str) -> None:
+        super().__init__(message)
+        self.code, self.retry = code, retry
+
+
+def exit_outcome(code: int) -> None:
+    """Map the trainer's exit code (the contract) to the task's outcome: return on 0; raise
+    AirflowFailException (no retry) on a bad config or refused data; raise a plain error
+    (Airflow retries) on a SIGTERM stop (75, it resumes from its checkpoint) or a crash."""
+    if code == EXIT_OK:
+        return
+    messages = {
+        EXIT_BAD_CONFIG: "bad training config (exit 2): see the trainer's message above",
+        EXIT_DATA_REFUSED: "the trainer refused the data (exit 3): see its message above",
+        EXIT_TEMPFAIL: "the trainer stopped after a checkpoint (exit 75): a retry resumes from it",
+    }
+    message = messages.get(code, f"the trainer failed with exit code {code}")
+    if code in (EXIT_BAD_CONFIG, EXIT_DATA_REFUSED):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(message)
+    if code < 0:
+        message = f"the trainer was killed by signal {signal.Signals(-code).name}"
+    raise TrainerExit(code, True, message)

@@ -1,0 +1,346 @@
+"""The bodies of the DAGs' tasks, as plain functions of plain JSON values.
+
+The DAG files only wire these together; everything here can be called and tested without a
+scheduler. Task inputs and outputs are small JSON dicts (ids, names, counts): data never
+travels through XCom, and neither do credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from pipeline.orchestration.env_contract import TrainParams
+
+log = logging.getLogger("laketrain.orchestration")
+
+LAKE_ASSET_URI = "laketrain://lake"
+DATASET_ALIAS = "laketrain-dataset-versions"
+MODEL_ALIAS = "laketrain-models"
+MAX_LOGGED_FILES = 50
+
+
+def dataset_asset_uri(name: str) -> str:
+    return f"laketrain://datasets/{name}"
+
+
+def model_asset_uri(name: str) -> str:
+    return f"laketrain://models/{name}"
+
+
+# ----------------------------------------------------------------------------- lake_ingest
+
+
+def scan_lake() -> dict[str, Any]:
+    """Scan the lake into the ledger; log the summary and every refused/unreadable/invalid
+    file; return the summary and the datasets to build (all datasets the ledger knows: the
+    build decides from the ledger what changed, never from the trigger's payload)."""
+    from pipeline.lake.scan import scan
+
+    result = scan()
+    summary = result.summary()
+    log.info("scan summary: %s", json.dumps(summary, sort_keys=True))
+    for label, items in (("refused", result.refused), ("unreadable", result.unreadable)):
+        for path, reason in items[:MAX_LOGGED_FILES]:
+            log.warning("%s file: %s: %s", label, path, reason)
+        if len(items) > MAX_LOGGED_FILES:
+            log.warning("... and %d more %s files", len(items) - MAX_LOGGED_FILES, label)
+    invalid = invalid_ledger_files()
+    for path, error in invalid[:MAX_LOGGED_FILES]:
+        log.warning("invalid file: %s: %s", path, error)
+    return {"summary": summary, "datasets": ledger_datasets(), "invalid": len(invalid)}
+
+
+def ledger_datasets() -> list[str]:
+    """Every dataset the ledger has rows for (present or deleted files)."""
+    from sqlalchemy import select
+
+    from pipeline.metadata.ledger import LedgerFile
+    from pipeline.metadata.store import open_store
+
+    with open_store().session() as session:
+        names = session.scalars(select(LedgerFile.dataset).distinct()).all()
+    return sorted(n for n in names if n)
+
+
+def invalid_ledger_files() -> list[tuple[str, str]]:
+    from sqlalchemy import select
+
+    from pipeline.metadata.ledger import STATUS_INVALID, LedgerFile
+    from pipeline.metadata.store import open_store
+
+    with open_store().session() as session:
+        rows = session.execute(
+            select(LedgerFile.path, LedgerFile.error)
+            .where(LedgerFile.status == STATUS_INVALID, LedgerFile.deleted_at.is_(None))
+            .order_by(LedgerFile.path)
+        ).all()
+    return [(p, e or "") for p, e in rows]
+
+
+def plan_shards(datasets: list[str]) -> list[dict[str, Any]]:
+    """The shards to preprocess, over all datasets, as JSON dicts (``Shard.to_dict``). A dataset
+    whose recipe is broken is logged and left out, so it never blocks the others."""
+    from pipeline.datasets import build
+
+    shards: list[dict[str, Any]] = []
+    for name in datasets:
+        try:
+            planned = build.plan(name)
+        except ValueError as exc:  # RecipeError names the file and field
+            log.error("dataset %s not planned: %s", name, exc)
+            continue
+        files = sum(len(s.files) for s in planned)
+        log.info("dataset %s: %d shard(s), %d file(s) to preprocess", name, len(planned), files)
+        shards.extend(s.to_dict() for s in planned)
+    return shards
+
+
+def process_shard(shard: Mapping[str, Any]) -> dict[str, Any]:
+    from pipeline.datasets import build
+
+    ref = build.process(build.Shard.from_dict(dict(shard)))
+    log.info(
+        "shard of %s: segment %s, %d rows, %d decoded, %d invalid%s",
+        ref.dataset, ref.segment_id[:12], ref.n_rows, ref.decoded, ref.invalid,
+        " (reused)" if ref.reused else "",
+    )
+    return ref.to_dict()
+
+
+def commit_dataset(dataset: str, segments: list[Mapping[str, Any]] | None) -> dict[str, Any] | None:
+    """Commit ``dataset`` from the ledger; the version event's extra, or None when nothing
+    changed. ``segments`` are every processed shard of this run (all datasets)."""
+    from pipeline.datasets import build
+
+    mine = [build.SegmentRef.from_dict(dict(s)) for s in segments or () if s and s.get("dataset") == dataset]
+    version = build.commit(dataset, mine)
+    if version is None:
+        log.info("dataset %s: nothing changed, no new version", dataset)
+        return None
+    extra = version_event_extra(version.to_dict())
+    log.info("dataset %s: committed version %s (%s)", dataset, version.version_id, json.dumps(extra))
+    if version.invalid:
+        log.warning("dataset %s: %d file(s) left out as invalid", dataset, version.invalid)
+    return extra
+
+
+def version_event_extra(version: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: version[k] for k in ("dataset", "version_id", "tag", "samples", "added", "removed")}
+
+
+# ----------------------------------------------------------------------------------- train
+
+
+class SkipRun(Exception):
+    """The run has nothing to do (e.g. the dataset's recipe does not auto-train)."""
+
+
+class RunRefused(ValueError):
+    """The run cannot succeed as asked (missing version, leakage): fail without retrying."""
+
+
+def skip_if_nothing_to_do(resolved: Mapping[str, Any]) -> None:
+    """Skip the calling task when resolve decided there is nothing to train."""
+    if resolved.get("skip"):
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        raise AirflowSkipException(resolved["skip"])
+
+
+def choose_params(params: Mapping[str, Any], events: list[Mapping[str, Any]] | None) -> TrainParams:
+    """The run's parameters: the form's ``params``; on an asset-triggered run, the dataset and
+    version of the newest dataset event instead (a version event's extra)."""
+    merged = dict(params)
+    if events:
+        extra = events[-1]
+        dataset = extra.get("dataset")
+        if not dataset or not extra.get("version_id"):
+            raise RunRefused(f"asset event without dataset/version_id: {dict(extra)!r}")
+        from pipeline.datasets.recipes import load_recipe
+
+        if not load_recipe(dataset).auto_train:
+            raise SkipRun(f"recipe of {dataset!r} does not set auto_train: not training on its new version")
+        merged["dataset"] = dataset
+        merged["dataset_version"] = extra["version_id"]
+    try:
+        return TrainParams.from_mapping(merged)
+    except ValueError as exc:
+        raise RunRefused(str(exc)) from None
+
+
+def resolve_version(params: TrainParams) -> dict[str, Any]:
+    """The committed version ``params`` names; RunRefused (naming the dataset and the
+    reference, and what exists) when there is none."""
+    from pipeline.datasets.queries import VersionNotFound, list_versions
+    from pipeline.datasets.queries import resolve_version as resolve
+
+    try:
+        row = resolve(params.dataset_version, dataset=params.dataset)
+    except VersionNotFound as exc:
+        known = [v["tag"] for v in list_versions(params.dataset, limit=5)]
+        hint = f"; latest versions: {', '.join(known)}" if known else "; it has no committed version yet"
+        raise RunRefused(f"dataset_version: {exc}{hint}") from None
+    return {"dataset": row["dataset"], "version_id": row["version_id"], "tag": row["tag"]}
+
+
+def leakage_check(dataset: str, version_id: str) -> int:
+    from pipeline.datasets.checks import check_leakage
+    from pipeline.datasets.reader import open_version
+    from pipeline.metadata.store import open_store
+
+    reader = open_version(dataset, version_id, store=open_store())
+    leaked = check_leakage(reader)
+    if leaked:
+        raise RunRefused(
+            f"leakage: {len(leaked)} sample md5(s) are in both train and val of {dataset} "
+            f"{version_id[:12]} (first: {', '.join(leaked[:5])}); refusing to train"
+        )
+    log.info("leakage check: %s %s: train and val share no sample (%d samples)", dataset, version_id[:12], len(reader))
+    return len(reader)
+
+
+def record_started(
+    run_id: str, params: TrainParams, version_id: str, *, dag_id: str, dag_run_id: str
+) -> dict[str, Any]:
+    from pipeline.runs import record_run_started
+
+    row = record_run_started(
+        run_id,
+        params.dataset,
+        version_id,
+        params.to_dict(),
+        dag_id=dag_id,
+        dag_run_id=dag_run_id,
+        launcher=params.launcher,
+    )
+    log.info("run %s recorded (attempt %s)", run_id, row.get("attempts"))
+    return {"run_id": run_id, "attempts": row.get("attempts")}
+
+
+def trainer_env(params: TrainParams, *, run_id: str, version_id: str, aws_conn_id: str = "aws_default"):
+    """The full trainer environment (secret part included) for this run. Never return it from
+    a task."""
+    from pipeline.orchestration.env_contract import aws_credentials, basic_vars, build_trainer_env
+    from pipeline.settings import get_settings
+
+    s = get_settings()
+    return build_trainer_env(
+        params,
+        run_id=run_id,
+        version_id=version_id,
+        data_root=str(s.data_root),
+        checkpoint_url=s.checkpoint_url,
+        metadata_db_url=s.database_url,
+        aws=aws_credentials(aws_conn_id),
+        basics=basic_vars(),
+    )
+
+
+def launch(params: TrainParams, *, run_id: str, version_id: str, context: Any = None) -> int:
+    """Run the trainer with the chosen launcher; return the exit code (local) or 0 (container
+    operators raise on failure themselves)."""
+    from pipeline.orchestration import launchers
+    from pipeline.settings import get_settings
+
+    env = trainer_env(params, run_id=run_id, version_id=version_id)
+    cfg = launchers.LauncherConfig.from_env()
+    s = get_settings()
+    log.info(
+        "launching %s trainer: run %s on %s %s (env: %s; %d secret variable(s) not shown)",
+        params.launcher, run_id, params.dataset, version_id[:12],
+        ", ".join(sorted(env.public)), len(env.secret),
+    )
+    if params.launcher == "local":
+        return launchers.run_local(env, emit=_emit, grace_seconds=cfg.kill_grace_seconds)
+    if params.launcher == "docker":
+        op = launchers.docker_operator(
+            **launchers.docker_kwargs(
+                env, run_id=run_id, gpus=params.gpus, host_data_root=str(s.data_root),
+                checkpoint_url=s.checkpoint_url, config=cfg,
+            )
+        )
+    else:
+        op = launchers.kubernetes_operator(
+            **launchers.kubernetes_kwargs(
+                env, run_id=run_id, gpus=params.gpus, checkpoint_url=s.checkpoint_url, config=cfg
+            )
+        )
+    op.execute(context)
+    return 0
+
+
+def _emit(line: str) -> None:
+    # print, not log: the task log keeps the trainer's lines verbatim, one per line.
+    print(line, flush=True)
+
+
+def result_url(run_id: str) -> str:
+    from pipeline.settings import get_settings
+
+    return f"{get_settings().checkpoint_url.rstrip('/')}/{run_id}/result.json"
+
+
+@contextmanager
+def _aws_env(aws_conn_id: str = "aws_default") -> Iterator[None]:
+    """boto3 reads its own AWS_* variables: put the connection's into this (task) process for
+    the duration of one read, and take them out again."""
+    from pipeline.orchestration.env_contract import aws_credentials
+
+    creds = aws_credentials(aws_conn_id)
+    saved = {k: os.environ.get(k) for k in creds}
+    os.environ.update(creds)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def read_result(run_id: str) -> dict[str, Any] | None:
+    """The trainer's ``CHECKPOINT_URL/<RUN_ID>/result.json``, or None when it wrote none."""
+    from training.storage import store_for
+
+    url = result_url(run_id)
+    with _aws_env():
+        try:
+            data = store_for(url).read_bytes(url)
+        except FileNotFoundError:
+            return None
+    return json.loads(data)
+
+
+def record_finished(run_id: str, *, launch_failed: str | None) -> dict[str, Any]:
+    """Record the run's outcome from result.json (status, best metric, checkpoint URL)."""
+    from pipeline.runs import record_run_finished
+
+    result = read_result(run_id) or {}
+    status = result.get("status") or ("failed" if launch_failed else "succeeded")
+    if launch_failed and status == "succeeded":
+        status = "failed"
+    if status not in ("succeeded", "failed", "preempted"):
+        status = "failed"
+    row = record_run_finished(
+        run_id,
+        status,
+        best_metric=result.get("best_metric"),
+        metric_name=result.get("metric_name"),
+        checkpoint_url=result.get("checkpoint_url"),
+        error=launch_failed,
+    )
+    log.info("run %s finished: %s, %s=%s, checkpoint %s", run_id, status,
+             row.get("metric_name"), row.get("best_metric"), row.get("checkpoint_url"))
+    return {
+        "run_id": run_id,
+        "status": status,
+        "best_metric": row.get("best_metric"),
+        "metric_name": row.get("metric_name"),
+        "checkpoint_url": row.get("checkpoint_url"),
+    }
