@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.runs import (
     RUN_FINAL_STATUSES,
+    RUN_QUEUED,
     RUN_RUNNING,
     RUN_STATUSES,
     Checkpoint,
@@ -80,8 +81,11 @@ def record_run_started(
     store: Any = None,
 ) -> dict:
     """Create the run's row, or — on a retry of the same run_id — mark it running again and
-    count the attempt. ``status`` may be ``queued`` for a launcher that records before the
-    trainer starts. Call it once per attempt, from one place. Returns the row as a dict."""
+    count the attempt. Returns the row as a dict.
+
+    Each call counts one attempt, except ``running`` after ``queued``: a launcher (the train
+    DAG) records ``status="queued"`` before it starts the trainer, and the trainer's own
+    ``running`` call then joins that attempt (params are merged) instead of counting another."""
     _check_run_id(run_id)
     if not dataset:
         raise ValueError("dataset must be a non-empty string")
@@ -115,8 +119,15 @@ def record_run_started(
                     )
                     session.add(run)
                 else:
-                    run.attempts = (run.attempts or 0) + 1
-                    run.dataset, run.version_id, run.params = dataset, version_id, dict(params)
+                    # A launcher records the attempt as "queued", then the trainer it started
+                    # records "running": one attempt, two calls. Anything else is a new attempt.
+                    same_attempt = run.status == RUN_QUEUED and status == RUN_RUNNING
+                    if same_attempt:
+                        run.params = {**(run.params or {}), **params}
+                    else:
+                        run.attempts = (run.attempts or 0) + 1
+                        run.params = dict(params)
+                    run.dataset, run.version_id = dataset, version_id
                     run.status, run.error, run.finished_at, run.updated_at = status, None, None, now
                     run.dag_id = dag_id or run.dag_id
                     run.dag_run_id = dag_run_id or run.dag_run_id

@@ -207,3 +207,22 @@ def test_concurrent_first_attempts_make_one_row(store) -> None:
     assert errors == []
     assert _count(store, TrainingRun) == 1
     assert runs.get_run("run-race", store=store)["attempts"] == 4
+
+
+def test_launcher_queued_then_trainer_running_is_one_attempt(store) -> None:
+    # The DAG records the attempt before launching; the trainer records again when it starts.
+    runs.record_run_started("run-q", "digits", "ver1", {"epochs": 3}, status="queued", store=store)
+    row = runs.record_run_started("run-q", "digits", "ver1", {"lr": 0.1}, store=store)
+    assert (row["attempts"], row["status"]) == (1, "running")
+    assert row["params"] == {"epochs": 3, "lr": 0.1}
+    runs.record_run_finished("run-q", "preempted", store=store)
+    # The orchestrator's retry: queued again (a new attempt), then the trainer joins it.
+    assert (
+        runs.record_run_started("run-q", "digits", "ver1", {}, status="queued", store=store)[
+            "attempts"
+        ]
+        == 2
+    )
+    assert runs.record_run_started("run-q", "digits", "ver1", {}, store=store)["attempts"] == 2
+    # A trainer started by hand again, without a launcher: a third attempt.
+    assert runs.record_run_started("run-q", "digits", "ver1", {}, store=store)["attempts"] == 3
