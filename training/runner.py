@@ -163,7 +163,6 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
     fit = None
     try:
         try:
-            reader = open_reader(target)
             manager = CheckpointManager(
                 target.checkpoint_url,
                 target.run_id,
@@ -179,6 +178,8 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                 ),
                 on_delete=recorder.checkpoint_deleted,
             )
+            # The manager first: even a refused version leaves a result.json for the launcher.
+            reader = open_reader(target)
             state = _agree_on_state(manager, dist)
             if state is not None:
                 saved = (state.get("dataset") or {}).get("version_id")
