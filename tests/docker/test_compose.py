@@ -162,6 +162,7 @@ def test_depends_on_conditions_are_satisfiable(services: dict) -> None:
 
 def test_one_shot_jobs_do_their_jobs(services: dict) -> None:
     init = services["airflow-init"]
+    assert init["command"][0] == "bash" and "entrypoint" not in init  # the image entrypoint runs it
     script = "\n".join(init["command"])
     assert "airflow db migrate" in script
     assert "laketrain db upgrade" in script  # the metadata store's migrations
