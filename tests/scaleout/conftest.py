@@ -40,13 +40,15 @@ def pg_databases() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def redis_url() -> str:
+def redis_url() -> Iterator[str]:
+    """The broker URL, its database emptied before and after (only this database number)."""
     try:
         import redis
 
         client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-        client.flushdb()  # only this test's database number
-        client.close()
+        client.flushdb()
     except Exception:
         _need(False, f"Redis at {REDIS_URL}")
-    return REDIS_URL
+    yield REDIS_URL
+    client.flushdb()
+    client.close()
