@@ -167,7 +167,7 @@ def aws_credentials(conn_id: str = "aws_default", environ: Mapping[str, str] | N
     else from the environment. Values are never logged."""
     environ = os.environ if environ is None else environ
     from_conn = _aws_from_connection(conn_id)
-    if from_conn is not None:
+    if from_conn:  # an empty connection (no key, no endpoint) does not hide the environment
         return from_conn
     return {k: environ[k] for k in (*AWS_PUBLIC_VARS, *AWS_SECRET_VARS) if environ.get(k)}
 

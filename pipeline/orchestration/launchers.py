@@ -45,6 +45,7 @@ class LauncherConfig:
     """Deployment knobs of the container launchers, from ``LAKETRAIN_*`` variables."""
 
     trainer_image: str = "laketrain-trainer:latest"
+    host_data_root: str | None = None  # the HOST path of DATA_ROOT (Airflow itself in a container)
     docker_url: str = "unix://var/run/docker.sock"
     docker_network: str | None = None
     k8s_namespace: str = "default"
@@ -60,6 +61,7 @@ class LauncherConfig:
         d = cls()
         return cls(
             trainer_image=env.get("LAKETRAIN_TRAINER_IMAGE") or d.trainer_image,
+            host_data_root=env.get("LAKETRAIN_HOST_DATA_ROOT") or None,
             docker_url=env.get("LAKETRAIN_DOCKER_URL") or d.docker_url,
             docker_network=env.get("LAKETRAIN_DOCKER_NETWORK") or None,
             k8s_namespace=env.get("LAKETRAIN_K8S_NAMESPACE") or d.k8s_namespace,
@@ -255,7 +257,10 @@ def docker_kwargs(
     kwargs: dict[str, Any] = {
         "task_id": task_id,
         "image": config.trainer_image,
-        "command": list(TRAINER_COMMAND),
+        # The entrypoint, not the command: the trainer image's ENTRYPOINT is already
+        # `python -m training`, and a command would only be appended to it as arguments.
+        "entrypoint": list(TRAINER_COMMAND),
+        "command": None,
         "container_name": f"laketrain-{run_id}"[:128],
         "docker_url": config.docker_url,
         "environment": _container_env(env, checkpoint_url),

@@ -260,7 +260,10 @@ def launch(params: TrainParams, *, run_id: str, version_id: str, context: Any = 
     if params.launcher == "docker":
         op = launchers.docker_operator(
             **launchers.docker_kwargs(
-                env, run_id=run_id, gpus=params.gpus, host_data_root=str(s.data_root),
+                env, run_id=run_id, gpus=params.gpus,
+                # The daemon resolves a bind mount on ITS host: with Airflow in a container,
+                # LAKETRAIN_HOST_DATA_ROOT names the host path of DATA_ROOT.
+                host_data_root=cfg.host_data_root or str(s.data_root),
                 checkpoint_url=s.checkpoint_url, config=cfg,
             )
         )
