@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run stop test test-fast bench lint clean venv lock up down logs
+.PHONY: run stop test test-fast bench lint clean venv lock up down logs build-trainer
 
 # The venv is rebuilt only when the lock or the project metadata change.
 $(STAMP): requirements.lock pyproject.toml
@@ -47,8 +47,15 @@ lock:
 	$(PY) -m piptools compile -q --no-strip-extras --extra training --extra airflow --extra samples \
 	  --extra tables --extra dev --no-emit-index-url --no-emit-find-links -o requirements.lock pyproject.toml
 
-up:
+# The compose stack reads host paths, uid and fresh secrets from .env (mode 600, never committed).
+.env:
+	python3 docker/init_env.py
+
+up: .env
 	docker compose up -d
+
+build-trainer: .env
+	docker compose --profile trainer build trainer
 
 down:
 	docker compose down
