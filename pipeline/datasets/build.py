@@ -64,6 +64,8 @@ from pipeline.metadata.store import MetadataStore, open_store
 DEFAULT_MAX_FILES = 512
 DEFAULT_MAX_BYTES = 256 << 20
 _INSERT_BATCH = 5000
+# One encoder for every metadata.jsonl line: json.dumps with options builds one per call.
+_JSONL = json.JSONEncoder(sort_keys=True)
 
 
 # ---- values that travel between the steps (XCom-safe) -----------------------------------------
@@ -226,12 +228,14 @@ def plan(
 
 def _current_files(session: Session, dataset: str) -> list[tuple]:
     """(path, md5, size, mtime_ns, status, error) of every file of the dataset now, by path."""
+    t = LedgerFile.__table__
+    # Core, not ORM rows: this runs on every build over every file of the dataset.
     query = (
-        select(LedgerFile.path, LedgerFile.md5, LedgerFile.size, LedgerFile.mtime_ns, LedgerFile.status, LedgerFile.error)
-        .where(LedgerFile.dataset == dataset, LedgerFile.deleted_at.is_(None))
-        .order_by(LedgerFile.path)
+        select(t.c.path, t.c.md5, t.c.size, t.c.mtime_ns, t.c.status, t.c.error)
+        .where(t.c.dataset == dataset, t.c.deleted_at.is_(None))
+        .order_by(t.c.path)
     )
-    return [tuple(r) for r in session.execute(query)]
+    return [tuple(r) for r in session.connection().execute(query).all()]
 
 
 # ---- process ----------------------------------------------------------------------------------
@@ -525,14 +529,34 @@ def commit(
         return _version_of(row)
 
 
-def _processed(session: Session, rh: str, md5s: list[str]) -> dict[str, ProcessedSample]:
-    out: dict[str, ProcessedSample] = {}
+@dataclass(slots=True)
+class _Processed:
+    md5: str
+    segment_id: str | None
+    row: int
+    n_rows: int
+    status: str
+    reason: str | None
+    labels: str | None
+    lines: str | None
+    invalid_rows: str | None
+    stats: str | None
+
+
+def _processed(session: Session, rh: str, md5s: list[str]) -> dict[str, _Processed]:
+    t = ProcessedSample.__table__
+    cols = (t.c.md5, t.c.segment_id, t.c.row, t.c.n_rows, t.c.status, t.c.reason, t.c.labels, t.c.lines, t.c.invalid_rows, t.c.stats)
+    out: dict[str, _Processed] = {}
+    conn = session.connection()
+    if len(md5s) > 2000:
+        # Cheaper to read the recipe's whole table than to send thousands of bound values.
+        rows = conn.execute(select(*cols).where(t.c.recipe_hash == rh))
+        wanted = set(md5s)
+        out = {r[0]: _Processed(*r) for r in rows.all() if r[0] in wanted}
+        return out
     for i in range(0, len(md5s), 1000):
-        chunk = md5s[i : i + 1000]
-        for ps in session.scalars(
-            select(ProcessedSample).where(ProcessedSample.recipe_hash == rh, ProcessedSample.md5.in_(chunk))
-        ):
-            out[ps.md5] = ps
+        for r in conn.execute(select(*cols).where(t.c.recipe_hash == rh, t.c.md5.in_(md5s[i : i + 1000]))):
+            out[r[0]] = _Processed(*r)
     return out
 
 
@@ -540,10 +564,14 @@ def _assemble(recipe, files, processed, sidecar) -> tuple[list[_Sample], list[di
     """Samples in (path, row) order, and the files/lines left out with their reason."""
     samples: list[_Sample] = []
     invalid: list[dict] = []
+    # Rows per source sample under this recipe: the original + its augmented copies.
+    per_sample = recipe.augment.copies + 1
     seen_md5: set[str] = set()
     split_by_md5: dict[str, str] = {}
+    rule = recipe.labels.rule
+    sidecar_path = f"/{recipe.labels.file}" if rule == "sidecar" else None
     for path, md5, size, mtime, status, error in files:
-        if recipe.is_sidecar(path):
+        if sidecar_path is not None and path.endswith(sidecar_path) and recipe.is_sidecar(path):
             continue
         if status not in (STATUS_OK, STATUS_INVALID) or md5 is None:
             invalid.append({"path": path, "md5": md5, "line": None, "reason": error or status})
@@ -554,20 +582,22 @@ def _assemble(recipe, files, processed, sidecar) -> tuple[list[_Sample], list[di
         if ps.status == SAMPLE_INVALID:
             invalid.append({"path": path, "md5": md5, "line": None, "reason": ps.reason or "invalid"})
             continue
-        for line, reason in json.loads(ps.invalid_rows or "[]"):
-            invalid.append({"path": path, "md5": md5, "line": line, "reason": reason})
+        if ps.invalid_rows:
+            for line, reason in json.loads(ps.invalid_rows):
+                invalid.append({"path": path, "md5": md5, "line": line, "reason": reason})
         content_labels = json.loads(ps.labels) if ps.labels else None
         lines = json.loads(ps.lines) if ps.lines else None
         path_label = None
-        if content_labels is None and recipe.labels.rule != "none":
+        if content_labels is None and rule != "none":
             path_label = recipe.label_for(path, sidecar)
             if path_label is None:
-                where = "labels file" if recipe.labels.rule == "sidecar" else "class folder"
+                where = "labels file" if rule == "sidecar" else "class folder"
                 invalid.append({"path": path, "md5": md5, "line": None, "reason": f"no label: the file has no {where}"})
                 continue
         # A content's split is decided once, by its first path, so duplicates never straddle it.
-        split = split_by_md5.setdefault(md5, recipe.split_for(path, md5))
-        per_sample = int(json.loads(ps.stats or "{}").get("per_sample", 1))
+        split = split_by_md5.get(md5)
+        if split is None:
+            split = split_by_md5[md5] = recipe.split_for(path, md5)
         duplicate = md5 in seen_md5
         seen_md5.add(md5)
         for k in range(ps.n_rows):
@@ -591,13 +621,12 @@ def _latest(session: Session, dataset: str) -> DatasetVersion | None:
 
 
 def _version_paths(session: Session, version_id: str) -> dict[str, tuple[str, str | None]]:
-    rows = session.execute(
-        select(VersionSample.path, VersionSample.md5, VersionSample.label)
-        .where(VersionSample.version_id == version_id)
-        .order_by(VersionSample.idx)
+    t = VersionSample.__table__
+    rows = session.connection().execute(
+        select(t.c.path, t.c.md5, t.c.label).where(t.c.version_id == version_id).order_by(t.c.idx)
     )
     out: dict[str, tuple[str, str | None]] = {}
-    for path, md5, label in rows:
+    for path, md5, label in rows.all():
         out.setdefault(path, (md5, label))
     return out
 
@@ -691,28 +720,34 @@ def _segment_shape(seg: Segment | None) -> list[int] | None:
         return None
 
 
-def _train_mean_std(samples: list[_Sample], processed: dict[str, ProcessedSample]) -> tuple[list[float], list[float]]:
+def _train_mean_std(samples: list[_Sample], processed: dict[str, _Processed]) -> tuple[list[float], list[float]]:
     """Per-channel mean/std of the train split (0..255 for images), from the per-content sums
     recorded by process: weighted by how many train samples each content contributes."""
     weights: dict[str, int] = {}
     for s in samples:
         if s.split == "train":
             weights[s.md5] = weights.get(s.md5, 0) + 1
-    count = 0.0
-    total: np.ndarray | None = None
-    total_sq: np.ndarray | None = None
+    counts: list[float] = []
+    sums: list[list[float]] = []
+    sumsqs: list[list[float]] = []
+    scales: list[float] = []
     for md5, n in weights.items():
         ps = processed[md5]
         stats = json.loads(ps.stats or "{}")
         if not stats.get("count"):
             continue
         # Stats cover all n_rows of the content; scale to the rows this version uses.
-        scale = n / ps.n_rows
-        s = np.asarray(stats["sum"]) * scale
-        sq = np.asarray(stats["sumsq"]) * scale
-        total = s if total is None else total + s
-        total_sq = sq if total_sq is None else total_sq + sq
-        count += stats["count"] * scale
+        scales.append(n / ps.n_rows)
+        counts.append(stats["count"])
+        sums.append(stats["sum"])
+        sumsqs.append(stats["sumsq"])
+    total = total_sq = None
+    count = 0.0
+    if scales:
+        w = np.asarray(scales)
+        total = w @ np.asarray(sums, dtype=np.float64)
+        total_sq = w @ np.asarray(sumsqs, dtype=np.float64)
+        count = float(w @ np.asarray(counts, dtype=np.float64))
     if total is None or count == 0:
         return [], []
     mean = total / count
@@ -742,7 +777,7 @@ def _publish(folder: Path, manifest: dict, samples: list[_Sample], invalid: list
                 rec["line"] = s.line
             if s.copy:
                 rec["copy"] = s.copy
-            lines.append(json.dumps(rec, sort_keys=True))
+            lines.append(_JSONL.encode(rec))
         mf.write_synced(staging / mf.METADATA, ("\n".join(lines) + "\n" if lines else "").encode())
         mf.write_synced(staging / mf.INVALID, "".join(json.dumps(r, sort_keys=True) + "\n" for r in invalid).encode())
         raw = mf.manifest_bytes(manifest)

@@ -95,7 +95,7 @@ def write_synced(path: Path, data: bytes) -> None:
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
-        os.fsync(fh.fileno())
+        os.fdatasync(fh.fileno())
 
 
 def fsync_dir(path: Path) -> None:

@@ -170,10 +170,9 @@ def invalid_files(version_ref: str, dataset: str | None = None, *, store: Metada
 
 def _paths(session: Session, version_id: str) -> dict[str, tuple[str, str | None]]:
     out: dict[str, tuple[str, str | None]] = {}
-    rows = session.execute(
-        select(VersionSample.path, VersionSample.md5, VersionSample.label)
-        .where(VersionSample.version_id == version_id)
-        .order_by(VersionSample.idx)
+    t = VersionSample.__table__
+    rows = session.connection().execute(
+        select(t.c.path, t.c.md5, t.c.label).where(t.c.version_id == version_id).order_by(t.c.idx)
     )
     for path, md5, label in rows:
         out.setdefault(path, (md5, label))

@@ -125,8 +125,9 @@ def test_unknown_manifest_format_version_is_refused(two_versions, home):
 
 
 def _read_in_child(reader, indices, queue):
+    inherited = list(reader._arrays)  # maps from the parent must not survive the fork
     x, y = reader.get_batch(indices)
-    queue.put((x.tobytes(), y.tolist(), list(reader._arrays)))
+    queue.put((x.tobytes(), y.tolist(), inherited))
 
 
 def test_reader_maps_lazily_and_reopens_in_forked_and_unpickled_copies(two_versions):
@@ -143,9 +144,10 @@ def test_reader_maps_lazily_and_reopens_in_forked_and_unpickled_copies(two_versi
     queue = ctx.Queue()
     child = ctx.Process(target=_read_in_child, args=(r, [0, 1, 2], queue))
     child.start()
-    xb, yl, _ = queue.get(timeout=30)
+    xb, yl, inherited = queue.get(timeout=30)
     child.join(30)
     assert child.exitcode == 0
+    assert inherited == [] and r._arrays  # the child re-opened; the parent kept its maps
     assert xb == x.tobytes() and yl == y.tolist()
 
 
@@ -161,3 +163,21 @@ def test_metadata_and_identity(two_versions, home):
     assert len(r.mean) == len(r.std) == 3
     assert r.labels().tolist() == [r.classes.index(r.metadata(i)["label"]) for i in range(len(r))]
     assert r.manifest["parent"] == first.version_id
+
+
+@pytest.mark.parametrize("fmt", ["npy", "zarr"])
+def test_shuffled_indices_cover_every_sample_once(sqlite_store, home, fmt):
+    from pipeline.datasets.build import run_build
+    from pipeline.datasets.reader import open_version
+
+    image_lake(home, per_class=40, recipe=f'modality = "image"\nformat = "{fmt}"\n[image]\nsize = 4\n')
+    run_build("pets", workers=1, store=sqlite_store)
+    r = open_version("pets")
+    order = r.shuffled_indices(3, window_chunks=1)
+    assert sorted(order.tolist()) == list(range(len(r))) and order.tolist() != list(range(len(r)))
+    np.testing.assert_array_equal(order, r.shuffled_indices(3, window_chunks=1))
+    if fmt == "zarr":
+        # With a window of one chunk, each chunk's rows come out together.
+        chunk = [r._row[i] // 64 + 1000 * r._seg[i] for i in order]
+        changes = sum(1 for a, b in zip(chunk, chunk[1:], strict=False) if a != b)
+        assert changes == len(set(chunk)) - 1
