@@ -220,6 +220,8 @@ def build_trainer_env(
             "CHECKPOINT_URL": checkpoint_url,
             "RUN_ID": run_id,
             "PYTHONUNBUFFERED": "1",  # lines reach the task log as they are printed
+            # The trainer records the run too (same RUN_ID row): it names the launcher from this.
+            "LAKETRAIN_LAUNCHER": params.launcher,
         }
     )
     secret: dict[str, str] = {}

@@ -40,6 +40,7 @@ def test_env_has_exactly_the_contract_variables() -> None:
         "CHECKPOINT_URL": "s3://b/ck",
         "RUN_ID": "train-r1",
         "PYTHONUNBUFFERED": "1",
+        "LAKETRAIN_LAUNCHER": "local",
         "METADATA_DB_URL": "postgresql+psycopg://postgres@db/lt",
         "TRAIN_EPOCHS": "2",
         "TRAIN_BATCH_SIZE": "32",
