@@ -113,16 +113,25 @@ def main() -> None:
     assert full.version is not None and full.version.samples == args.images, full.to_dict()
     none_s, none = timed_build(args.workers)
     assert none.version is None and none.decoded == 0
-    make_images(WORK / "lake", extra, start=args.images)
-    inc_s, inc = timed_build(args.workers)
-    assert inc.decoded == extra and inc.version.added == extra, inc.to_dict()
+    # Three increments of 1 % each (the dataset grows 3 %; negligible), median reported:
+    # this machine is shared and noisy.
+    incs = []
+    for k in range(3):
+        make_images(WORK / "lake", extra, start=args.images + k * extra)
+        inc_s, inc = timed_build(args.workers)
+        assert inc.decoded == extra and inc.version.added == extra, inc.to_dict()
+        incs.append((inc_s, inc))
+    incs.sort(key=lambda t: t[0])
+    inc_s, inc = incs[1]
+    phases = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in inc.seconds.items())
+    full_phases = ", ".join(f"{k} {v:.2f} s" for k, v in full.seconds.items())
 
     ratio = inc_s / full_s
     rows = [
-        ("full build (scan + decode + publish)", f"{full_s:.2f} s ({args.images / full_s:,.0f} images/s)"),
+        ("full build (scan + decode + publish)", f"{full_s:.2f} s ({args.images / full_s:,.0f} images/s): {full_phases}"),
         ("baseline: Pillow decode loop, 1 process", f"{base_s:.2f} s ({args.images / base_s:,.0f} images/s)"),
         ("full build / Pillow loop", f"{base_s / full_s:.2f}x the loop's throughput"),
-        (f"incremental build (+{extra} files, 1 %)", f"{inc_s * 1000:.0f} ms, {inc.decoded} decoded"),
+        (f"incremental build (+{extra} files, 1 %), median of 3", f"{inc_s * 1000:.0f} ms, {inc.decoded} decoded: {phases}"),
         ("incremental / full", f"{ratio * 100:.2f} % (target <= 3 %) {'OK' if ratio <= 0.03 else 'MISSED'}"),
         ("no-change rebuild", f"{none_s * 1000:.0f} ms, {none.decoded} decoded, no version"),
     ]

@@ -22,6 +22,7 @@ import os
 import secrets
 import shutil
 import socket
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -159,12 +160,14 @@ class BuildReport:
     reused_segments: int = 0
     scan: dict | None = None
     segments: list[SegmentRef] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
 
     def to_dict(self) -> dict:
         return {
             "dataset": self.dataset, "version": self.version.to_dict() if self.version else None,
             "shards": self.shards, "decoded": self.decoded, "invalid": self.invalid,
             "reused_segments": self.reused_segments, "scan": self.scan,
+            "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
         }
 
 
@@ -896,11 +899,16 @@ def run_build(
     report = BuildReport(dataset, None)
     _recipe(dataset)  # a bad recipe fails before anything else happens
     with _build_flock(settings.data_root, dataset):
+        clock = time.perf_counter()
         if scan_first:
             from pipeline.lake.scan import scan
 
             report.scan = scan(settings.lake_dir, dataset=dataset, store=store).summary()
+        report.seconds["scan"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         shards = plan(dataset, store=store, max_files=max_files, max_bytes=max_bytes)
+        report.seconds["plan"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         report.shards = len(shards)
         if on_plan:
             on_plan(shards)
@@ -921,7 +929,10 @@ def run_build(
         report.decoded = sum(r.decoded for r in refs)
         report.invalid = sum(r.invalid for r in refs)
         report.reused_segments = sum(1 for r in refs if r.reused)
+        report.seconds["process"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         report.version = commit(dataset, refs, store=store)
+        report.seconds["commit"] = time.perf_counter() - clock
     return report
 
 
