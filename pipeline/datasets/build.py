@@ -339,6 +339,11 @@ def process(
         x = np.zeros((0, *[max(d, 0) for d in shape]), dtype=dtype)
     y = np.asarray(ys, dtype=np.int32)
     pause_hook("process_decoded")
+    done = [e["md5"] for e in entries] + [e["md5"] for e in invalid]
+    if len(done) != len(shard.files):
+        # Some files changed since the scan: name the segment after what it really holds, so
+        # the planned name never stands for a segment that lacks some of its md5s.
+        seg_id = segment_id_for(shard.recipe_hash, shard.format, done)
     written = write_segment(
         data_root, recipe_hash=shard.recipe_hash, segment_id=seg_id, fmt=shard.format, x=x, y=y,
         info={"dataset": shard.dataset, "labels": label_names, "entries": entries, "invalid": invalid},

@@ -225,3 +225,20 @@ def test_stored_samples_equal_a_fresh_decode(sqlite_store, home, fmt):
         x, _ = r[i]
         fresh = pre.decode(str(home / "lake" / r.metadata(i)["path"]), recipe).samples[0].x
         np.testing.assert_array_equal(x, fresh)
+
+
+def test_a_file_changed_after_the_scan_is_left_for_the_next_build(store, home):
+    from pipeline.datasets.build import commit, plan, process
+    from pipeline.lake.scan import scan
+
+    image_lake(home, per_class=3)
+    scan(home / "lake", dataset="pets", store=store)
+    shards = plan("pets", store=store)
+    write_jpeg(home / "lake" / "pets" / "cat" / "000.jpg", seed=31337)  # after the scan
+    refs = [process(s, store=store) for s in shards]
+    assert sum(r.decoded for r in refs) == 5
+    assert refs[0].segment_id != shards[0].segment_id  # named after what it holds
+    v = commit("pets", refs, store=store)
+    assert v.samples == 5  # the changed file waits for the next scan
+    report = _build(store)
+    assert report.decoded == 1 and report.version.samples == 6 and report.version.changed == 0
