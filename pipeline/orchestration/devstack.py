@@ -78,7 +78,9 @@ class StackConfig:
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
-        self.home = Path(self.home or self.root / "var" / "airflow").resolve()
+        # LAKETRAIN_DEVSTACK_HOME moves the whole Airflow state (tests, a second stack).
+        default_home = os.environ.get("LAKETRAIN_DEVSTACK_HOME") or self.root / "var" / "airflow"
+        self.home = Path(self.home or default_home).resolve()
         if self.parallelism < 1:
             raise ValueError(f"parallelism must be >= 1, got {self.parallelism}")
 

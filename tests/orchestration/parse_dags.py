@@ -35,7 +35,6 @@ import airflow.sdk  # noqa: E402,F401
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 
 
-
 def walk(cond):
     if cond is None:
         return []
