@@ -195,6 +195,11 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
             if cfg.data.check_labels:
                 check_label_distribution(reader)
             train_r, val_r = reader.split("train"), reader.split("val")
+            if len(train_r) == 0 or len(reader.classes) < 2:
+                raise DataCheckError(
+                    f"dataset version {reader.version_id}: needs a non-empty train split and at least 2 classes "
+                    f"(train {len(train_r)} samples, classes {list(reader.classes)})"
+                )
             dataset_info = {
                 "name": reader.dataset,
                 "version_id": reader.version_id,
