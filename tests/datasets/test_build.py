@@ -242,3 +242,22 @@ def test_a_file_changed_after_the_scan_is_left_for_the_next_build(store, home):
     assert v.samples == 5  # the changed file waits for the next scan
     report = _build(store)
     assert report.decoded == 1 and report.version.samples == 6 and report.version.changed == 0
+
+
+def test_metadata_lines_are_exactly_sorted_json():
+    from pipeline.datasets.build import _metadata_line, _Sample
+
+    for sample in (
+        _Sample('ds/a "quoted"\\ü.jpg', "0" * 32, None, "val", "f" * 64, 3, None, 12, True, 7, 2),
+        _Sample("ds/cat/p.jpg", "1" * 32, "cat", "train", "e" * 64, 0, 100, 12, False, None, 0),
+    ):
+        rec = {
+            "index": 5, "path": sample.path, "md5": sample.md5, "label": sample.label, "split": sample.split,
+            "segment": sample.segment_id, "row": sample.row, "size": sample.size, "mtime_ns": sample.mtime_ns,
+            "duplicate": sample.duplicate,
+        }
+        if sample.line is not None:
+            rec["line"] = sample.line
+        if sample.copy:
+            rec["copy"] = sample.copy
+        assert _metadata_line(5, sample) == json.dumps(rec, sort_keys=True)
