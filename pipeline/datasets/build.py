@@ -671,8 +671,8 @@ def _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, 
         subset = [s for s in samples if s.split == split]
         counts: dict[str, int] = {}
         for s in subset:
-            key = s.label if s.label is not None else ""
-            counts[key] = counts.get(key, 0) + 1
+            if s.label is not None:  # unlabelled samples count in "samples" only
+                counts[s.label] = counts.get(s.label, 0) + 1
         per_split[split] = {"samples": len(subset), "classes": dict(sorted(counts.items()))}
     train_md5s = sorted({s.md5 for s in samples if s.split == "train"})
     mean, std = _train_mean_std(samples, processed, _train_stats(session, recipe.recipe_hash, train_md5s))

@@ -86,18 +86,19 @@ def versions_cmd(
     if as_json:
         cli.print_json(rows)
         return
-    table = Table(title=f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""))
-    # id and created never wrap (people copy them); the tag folds when the terminal is narrow.
-    table.add_column("id", no_wrap=True, min_width=8)
-    table.add_column("tag", overflow="fold")
-    table.add_column("created (UTC)", no_wrap=True, min_width=16)
-    table.add_column("samples", justify="right")
-    table.add_column("train/val", justify="right")
-    table.add_column("vs parent", justify="right")
-    table.add_column("invalid", justify="right")
+    from rich import box
+
+    # The tag ends with the short id, so it is the one column people copy: it never wraps.
+    table = Table(title=f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
+    table.add_column("tag (…_id8)", no_wrap=True)
+    table.add_column("created UTC", no_wrap=True)
+    table.add_column("samples", justify="right", no_wrap=True)
+    table.add_column("train/val", justify="right", no_wrap=True)
+    table.add_column("vs parent", justify="right", no_wrap=True)
+    table.add_column("bad", justify="right", no_wrap=True)
     for r in rows:
         table.add_row(
-            r["short_id"], r["tag"], r["created_at"][:16].replace("T", " "), str(r["samples"]),
+            r["tag"], r["created_at"][5:16].replace("T", " "), str(r["samples"]),
             f"{r['train']}/{r['val']}", f"+{r['added']} −{r['removed']} ~{r['changed']}", str(r["invalid"]),
         )
     cli.console.print(table)
