@@ -178,10 +178,12 @@ def main() -> None:
         )
     lines += [
         "",
-        "A ratio below 1 is what the switch costs on this CPU: AMP, channels_last, checkpointing and "
-        "compile are there for GPUs (see the `bench/train_gpu.py` section); checkpointing always pays "
-        "a recomputed forward. With one intra-op thread, 2 loader workers overlap fetching with "
-        "compute on the second core. The machine is shared and noisy: compare ratios, not absolutes.",
+        "A ratio above 1: the switch pays on this CPU; below 1: what it costs here. Gradient "
+        "checkpointing always pays a recomputed forward for its memory saving. Whether bf16 AMP pays "
+        "on a CPU depends on its bf16 matrix instructions (AVX512-BF16/AMX); the trainer's `amp=auto` "
+        "keeps CPUs in fp32 (predictable numerics), `TRAIN_AMP=bf16` opts in. Loader workers add IPC "
+        "to a memory-mapped reader that is already fast (MEASURED.md). The machine is shared and "
+        "noisy: compare ratios, not absolutes; GPU figures are in the `bench/train_gpu.py` section.",
     ]
     body = "\n".join(lines)
     print(body)
