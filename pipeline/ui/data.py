@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from pipeline.metadata.datasets import DatasetVersion, VersionInvalid, VersionSample
@@ -390,78 +391,147 @@ def _sh(word: str) -> str:
 
 
 def diff_versions(
-    store: MetadataStore, a: str, b: str, *, limit: int = 100, offset: int = 0
+    store: MetadataStore,
+    a: str,
+    b: str,
+    *,
+    limit: int = 100,
+    offset: int = 0,
+    method: str | None = None,
 ) -> dict[str, Any]:
     """What changed from version ``a`` to ``b``, by path: counts of all, one page of each kind.
 
-    Each side is an indexed range on (version_id, path); the anti-joins run in the database.
+    A path's md5/label are those of its first sample row (as the build's own diff). When each
+    path has one row on both sides (``samples == files``: images without augmented copies) the
+    anti-joins run in the database on the (version_id, path) index; otherwise (table files,
+    augmented copies) both sides are streamed in path order and merged in Python, which stays
+    linear where a join would multiply the rows of a path. ``method`` forces one ("sql" or
+    "merge"), for tests.
     """
     limit, offset = clamp(limit, offset)
     with store.session() as s:
         va, vb = resolve(s, a), resolve(s, b)
-        # One row per path on each side: a table file or an augmented image has several sample
-        # rows under one path, and the diff is by path (first row's md5/label, as the build's).
-        A, B = _by_path(va.version_id, "a"), _by_path(vb.version_id, "b")
-        only_b = (
-            select(B.c.path, B.c.md5, B.c.label, B.c.split)
-            .outerjoin(A, A.c.path == B.c.path)
-            .where(A.c.path.is_(None))
-        )
-        only_a = (
-            select(A.c.path, A.c.md5, A.c.label, A.c.split)
-            .outerjoin(B, B.c.path == A.c.path)
-            .where(B.c.path.is_(None))
-        )
-        changed = (
-            select(
-                B.c.path,
-                A.c.md5.label("old_md5"),
-                B.c.md5,
-                A.c.label.label("old_label"),
-                B.c.label,
-                B.c.split,
-            )
-            .join(A, A.c.path == B.c.path)
-            .where(or_(A.c.md5 != B.c.md5, _differ(A.c.label, B.c.label)))
-        )
-
-        def page(q: Any) -> list[dict[str, Any]]:
-            rows = s.execute(q.order_by(q.selected_columns[0]).limit(limit).offset(offset))
-            return [dict(r._mapping) for r in rows]
-
-        def count(q: Any) -> int:
-            return s.scalar(select(func.count()).select_from(q.subquery())) or 0
-
-        return {
-            "a": version_summary(va),
-            "b": version_summary(vb),
-            "limit": limit,
-            "offset": offset,
-            "counts": {"added": count(only_b), "removed": count(only_a), "changed": count(changed)},
-            "added": page(only_b),
-            "removed": page(only_a),
-            "changed": page(changed),
-        }
+        if method is None:
+            method = "sql" if va.samples == va.files and vb.samples == vb.files else "merge"
+        if method == "sql":
+            counts, pages = _diff_sql(s, va.version_id, vb.version_id, limit, offset)
+        elif method == "merge":
+            counts, pages = _diff_merge(s, va.version_id, vb.version_id, limit, offset)
+        else:
+            raise ValueError(f"method must be 'sql' or 'merge', got {method!r}")
+    return {
+        "a": version_summary(va),
+        "b": version_summary(vb),
+        "limit": limit,
+        "offset": offset,
+        "counts": counts,
+        **pages,
+    }
 
 
-def _by_path(version_id: str, name: str) -> Any:
-    first = (
-        select(VersionSample.path, func.min(VersionSample.idx).label("idx"))
-        .where(VersionSample.version_id == version_id)
-        .group_by(VersionSample.path)
-        .subquery()
+def _diff_sql(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[dict, dict]:
+    A, B = aliased(VersionSample), aliased(VersionSample)
+    only_b = (
+        select(B.path, B.md5, B.label, B.split)
+        .outerjoin(A, and_(A.version_id == a, A.path == B.path))
+        .where(B.version_id == b, A.id.is_(None))
     )
-    return (
+    only_a = (
+        select(A.path, A.md5, A.label, A.split)
+        .outerjoin(B, and_(B.version_id == b, B.path == A.path))
+        .where(A.version_id == a, B.id.is_(None))
+    )
+    changed = (
+        select(B.path, A.md5.label("old_md5"), B.md5, A.label.label("old_label"), B.label, B.split)
+        .join(A, and_(A.version_id == a, A.path == B.path))
+        .where(B.version_id == b, or_(A.md5 != B.md5, A.label.is_distinct_from(B.label)))
+    )
+    kinds = {"added": only_b, "removed": only_a, "changed": changed}
+    # All three counts in ONE pass over b's rows with an index probe into a: with one row per
+    # path on each side, removed = a's rows minus the matched ones.
+    differs = or_(A.md5 != B.md5, A.label.is_distinct_from(B.label))
+    added, matched, n_changed = s.execute(
+        select(
+            func.coalesce(func.sum(case((A.id.is_(None), 1), else_=0)), 0),
+            func.count(A.id),
+            func.coalesce(func.sum(case((and_(A.id.is_not(None), differs), 1), else_=0)), 0),
+        )
+        .select_from(B)
+        .outerjoin(A, and_(A.version_id == a, A.path == B.path))
+        .where(B.version_id == b)
+    ).one()
+    a_rows = (
+        s.scalar(
+            select(func.count()).select_from(VersionSample).where(VersionSample.version_id == a)
+        )
+        or 0
+    )
+    counts = {"added": int(added), "removed": int(a_rows) - int(matched), "changed": int(n_changed)}
+    pages = {
+        k: [
+            dict(r._mapping)
+            for r in s.execute(q.order_by(q.selected_columns[0]).limit(limit).offset(offset))
+        ]
+        for k, q in kinds.items()
+    }
+    return counts, pages
+
+
+def _first_rows(s: Session, version_id: str) -> Iterator[tuple[str, str, str | None, str]]:
+    """(path, md5, label, split) of each path's first row, in path order, streamed."""
+    rows = s.execute(
         select(VersionSample.path, VersionSample.md5, VersionSample.label, VersionSample.split)
-        .join(first, and_(VersionSample.path == first.c.path, VersionSample.idx == first.c.idx))
         .where(VersionSample.version_id == version_id)
-        .subquery(name)
+        .order_by(VersionSample.path, VersionSample.idx)
+        .execution_options(yield_per=5000)
     )
+    last = None
+    for row in rows:
+        if row[0] != last:
+            last = row[0]
+            yield tuple(row)
 
 
-def _differ(x: Any, y: Any) -> Any:
-    """x != y where NULL equals NULL (labels of unlabeled samples)."""
-    return x.is_distinct_from(y)
+def _diff_merge(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[dict, dict]:
+    counts = {"added": 0, "removed": 0, "changed": 0}
+    pages: dict[str, list] = {"added": [], "removed": [], "changed": []}
+
+    def keep(kind: str, item: dict) -> None:
+        n = counts[kind]
+        counts[kind] = n + 1
+        if offset <= n < offset + limit:
+            pages[kind].append(item)
+
+    # Both sides are sorted by path in Python's order (the database's collation may differ).
+    old = sorted(_first_rows(s, a))
+    new = sorted(_first_rows(s, b))
+    i = j = 0
+    while i < len(old) or j < len(new):
+        if j >= len(new) or (i < len(old) and old[i][0] < new[j][0]):
+            p, m, lab, sp = old[i]
+            keep("removed", {"path": p, "md5": m, "label": lab, "split": sp})
+            i += 1
+        elif i >= len(old) or new[j][0] < old[i][0]:
+            p, m, lab, sp = new[j]
+            keep("added", {"path": p, "md5": m, "label": lab, "split": sp})
+            j += 1
+        else:
+            (p, m0, l0, _), (_, m1, l1, sp) = old[i], new[j]
+            if m0 != m1 or l0 != l1:
+                keep(
+                    "changed",
+                    {
+                        "path": p,
+                        "old_md5": m0,
+                        "md5": m1,
+                        "old_label": l0,
+                        "label": l1,
+                        "split": sp,
+                    },
+                )
+            i += 1
+            j += 1
+    return counts, pages
 
 
 # --- search ---------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def add_versions(store, versions: list[SynthVersion], *, start: datetime | None 
                     samples=len(v.files),
                     train=splits.count("train"),
                     val=splits.count("val"),
-                    files=len(v.files) + len(v.invalid),
+                    files=len(v.files),
                     invalid=len(v.invalid),
                     added=added,
                     removed=removed,

@@ -196,3 +196,63 @@ def test_auth_dependency_guards_every_route(store, versions):
         f"/api/versions/{v}/invalid",
     ]:
         assert client.get(path).status_code == 401, path
+
+
+def _as_sets(d: dict) -> dict:
+    return {
+        k: sorted(tuple(sorted(r.items())) for r in d[k]) for k in ("added", "removed", "changed")
+    }
+
+
+def test_diff_in_sql_and_by_merge_agree(store, versions):
+    from pipeline.ui import data
+
+    for a, b in [
+        (versions[0], versions[2]),
+        (versions[2], versions[0]),
+        (versions[1], versions[1]),
+    ]:
+        sql = data.diff_versions(store, a.version_id, b.version_id, method="sql")
+        merge = data.diff_versions(store, a.version_id, b.version_id, method="merge")
+        assert sql["counts"] == merge["counts"]
+        assert _as_sets(sql) == _as_sets(merge)
+    same = data.diff_versions(store, versions[1].version_id, versions[1].version_id)
+    assert same["counts"] == {"added": 0, "removed": 0, "changed": 0}
+
+
+def test_diff_of_paths_with_many_rows_counts_each_path_once(store):
+    """A table file is many sample rows under one path: the diff is still by path."""
+    from pipeline.metadata.datasets import DatasetVersion
+    from pipeline.ui import data
+    from tests.ui.synth import SynthVersion, add_versions
+
+    t1 = SynthVersion("tab", {"tab/a.csv": (md5_of("a"), "x"), "tab/b.csv": (md5_of("b"), "x")})
+    t2 = SynthVersion(
+        "tab", {"tab/a.csv": (md5_of("a2"), "x"), "tab/c.csv": (md5_of("c"), "y")}, parent=t1
+    )
+    add_versions(store, [t1, t2])
+    from pipeline.metadata.datasets import VersionSample
+
+    with store.session() as s:  # 50 more rows under each path, as a table's lines would be
+        for v in (t1, t2):
+            for path, (md5, label) in v.files.items():
+                for k in range(50):
+                    s.add(
+                        VersionSample(
+                            version_id=v.version_id,
+                            idx=1000 + k,
+                            path=path,
+                            md5=md5,
+                            label=label,
+                            split="train",
+                            duplicate=False,
+                        )
+                    )
+                row = s.get(DatasetVersion, v.version_id)
+                row.samples = 2 + 100
+    d = data.diff_versions(store, t1.version_id, t2.version_id)
+    assert d["counts"] == {"added": 1, "removed": 1, "changed": 1}
+    assert [r["path"] for r in d["added"]] == ["tab/c.csv"]
+    assert [(r["path"], r["old_md5"], r["md5"]) for r in d["changed"]] == [
+        ("tab/a.csv", md5_of("a"), md5_of("a2"))
+    ]

@@ -1,0 +1,369 @@
+"""Datasets page / JSON API benchmark: 100 versions of 100,000 samples each (10 M sample rows).
+
+The store is filled directly with bulk inserts of synthetic rows shaped like real builds:
+each version keeps the previous one's paths but drops 1,000, adds 1,000 and rewrites 100 (so
+consecutive versions differ like real ones), has 3 training runs, and a manifest with its
+per-split class counts. Then each endpoint of the app (FastAPI TestClient, auth stubbed: auth
+is not what is measured) is timed against a baseline measured in the same run: the bare SQL
+that any implementation must at least run for the same answer (a count or the same indexed
+lookup, no ORM, no JSON, no HTML). The ratio is endpoint / baseline.
+
+Also counted: SQL statements per request (must not grow with the page size: no N+1).
+
+    python bench/ui.py                       # the full size on SQLite (a few minutes)
+    python bench/ui.py --backend postgresql  # the same on the local PostgreSQL
+    python bench/ui.py --versions 10 --samples 20000 --no-write   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._results import write_section  # noqa: E402
+
+WORK = Path(__file__).resolve().parent / "_work" / "ui"
+PG_ADMIN = os.environ.get(
+    "LAKETRAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+CLASSES = 10
+CHURN, REWRITE = 1_000, 100
+
+
+def md5_hex(i: int, gen: int = 0) -> str:
+    return hashlib.md5(f"{i}:{gen}".encode()).hexdigest()
+
+
+def version_members(k: int, samples: int) -> range:
+    """File numbers of version k: a window that slides by CHURN per version."""
+    return range(k * CHURN, k * CHURN + samples)
+
+
+def path_of(i: int) -> str:
+    return f"bench/c{i % CLASSES}/img_{i:08d}.png"
+
+
+def gen_of(i: int, k: int) -> int:
+    """Content generation of file i in version k: the REWRITE newest-shared files of each
+    version got new bytes at version k."""
+    base = k * CHURN
+    return k if base <= i < base + REWRITE else 0
+
+
+def populate(store, versions: int, samples: int) -> list[str]:
+    """Bulk-insert the synthetic versions, their samples and runs; return version ids (oldest first)."""
+    from sqlalchemy import insert
+
+    from pipeline.metadata.datasets import DatasetVersion, VersionSample
+    from pipeline.metadata.runs import TrainingRun
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    ids = []
+    gens: dict[int, int] = {}
+    with store.engine.begin() as conn:
+        for k in range(versions):
+            vid = hashlib.sha256(f"bench-{k}-{samples}".encode()).hexdigest()
+            ids.append(vid)
+            rows = []
+            per_split = {"train": {}, "val": {}}
+            for idx, i in enumerate(version_members(k, samples)):
+                g = gen_of(i, k) if k else 0
+                if g:
+                    gens[i] = g
+                md5 = md5_hex(i, gens.get(i, 0))
+                split = "val" if i % 5 == 0 else "train"
+                label = f"c{i % CLASSES}"
+                per_split[split][label] = per_split[split].get(label, 0) + 1
+                rows.append(
+                    {
+                        "version_id": vid,
+                        "idx": idx,
+                        "path": path_of(i),
+                        "md5": md5,
+                        "label": label,
+                        "split": split,
+                        "duplicate": False,
+                    }
+                )
+            for start in range(0, len(rows), 20_000):
+                conn.execute(insert(VersionSample), rows[start : start + 20_000])
+            counts = {
+                "samples": samples,
+                "train": sum(per_split["train"].values()),
+                "val": sum(per_split["val"].values()),
+                "per_split": {
+                    s: {"samples": sum(c.values()), "classes": dict(sorted(c.items()))}
+                    for s, c in per_split.items()
+                },
+            }
+            manifest = {
+                "format_version": 1,
+                "id": vid,
+                "modality": "image",
+                "format": "npy",
+                "classes": [f"c{c}" for c in range(CLASSES)],
+                "counts": counts,
+            }
+            conn.execute(
+                insert(DatasetVersion),
+                [
+                    {
+                        "version_id": vid,
+                        "dataset": "bench",
+                        "tag": f"bench_v20260101_{vid[:8]}",
+                        "parent_id": ids[k - 1] if k else None,
+                        "recipe_hash": "r" * 64,
+                        "format": "npy",
+                        "status": "committed",
+                        "samples": samples,
+                        "train": counts["train"],
+                        "val": counts["val"],
+                        "files": samples,
+                        "invalid": 0,
+                        "added": CHURN if k else samples,
+                        "removed": CHURN if k else 0,
+                        "changed": REWRITE if k else 0,
+                        "path": f"datasets/bench/{vid}",
+                        "manifest_sha256": "0" * 64,
+                        "manifest": json.dumps(manifest),
+                        "created_at": t0 + timedelta(minutes=k),
+                    }
+                ],
+            )
+            conn.execute(
+                insert(TrainingRun),
+                [
+                    {
+                        "run_id": f"train-{k}-{r}",
+                        "dataset": "bench",
+                        "version_id": vid,
+                        "params": {"epochs": 3},
+                        "status": "succeeded",
+                        "best_metric": 0.5 + r / 10,
+                        "metric_name": "val_accuracy",
+                        "dag_id": "train",
+                        "dag_run_id": f"manual__{k}_{r}",
+                        "launcher": "local",
+                        "started_at": t0 + timedelta(minutes=k, seconds=r),
+                        "updated_at": t0,
+                    }
+                    for r in range(3)
+                ],
+            )
+    if store.dialect == "postgresql":
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            from sqlalchemy import text
+
+            conn.execute(text("ANALYZE"))
+    else:
+        with store.engine.begin() as conn:
+            from sqlalchemy import text
+
+            conn.execute(text("ANALYZE"))
+    return ids
+
+
+def median_ms(fn, repeat: int) -> float:
+    fn()  # warm caches (page cache, statement cache) once
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def run(backend: str, versions: int, samples: int, repeat: int) -> tuple[list[tuple], dict]:
+    from fastapi.testclient import TestClient
+    from sqlalchemy import event, text
+
+    from pipeline.metadata.store import MetadataStore
+    from pipeline.ui.app import create_app
+
+    pg_db = None
+    if backend == "sqlite":
+        shutil.rmtree(WORK, ignore_errors=True)
+        WORK.mkdir(parents=True)
+        url = f"sqlite:///{WORK / 'metadata.db'}"
+    else:
+        import psycopg
+
+        pg_db = f"lt_bench_ui_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(PG_ADMIN.replace("+psycopg", ""), autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{pg_db}"')
+        url = PG_ADMIN.rsplit("/", 1)[0] + "/" + pg_db
+    store = MetadataStore(url)
+    try:
+        t = time.perf_counter()
+        ids = populate(store, versions, samples)
+        fill_s = time.perf_counter() - t
+        client = TestClient(create_app(lambda: None, get_store=lambda: store))
+        statements = {"n": 0}
+        event.listen(
+            store.engine,
+            "before_cursor_execute",
+            lambda *a, **k: statements.__setitem__("n", statements["n"] + 1),
+        )
+
+        def raw(sql: str, **params):
+            def go():
+                with store.engine.connect() as conn:
+                    return conn.execute(text(sql), params).all()
+
+            return go
+
+        def api(path: str, **params):
+            def go():
+                r = client.get(path, params=params)
+                assert r.status_code == 200, (path, r.status_code, r.text[:300])
+                return r
+
+            return go
+
+        mid, nxt, last, first = ids[versions // 2], ids[versions // 2 + 1], ids[-1], ids[0]
+        probe_i = versions // 2 * CHURN + samples // 2
+        anti = (
+            "SELECT count(*) FROM version_samples b LEFT JOIN version_samples a "
+            "ON a.version_id = :a AND a.path = b.path WHERE b.version_id = :b AND a.id IS NULL"
+        )
+        cases = [
+            (
+                "list versions, page of 25 (+ runs)",
+                api("/api/versions", limit=25),
+                raw("SELECT * FROM dataset_versions ORDER BY created_at DESC LIMIT 25"),
+            ),
+            (
+                "list versions, last page",
+                api("/api/versions", limit=25, offset=max(0, versions - 25)),
+                raw(
+                    "SELECT * FROM dataset_versions ORDER BY created_at DESC LIMIT 25 OFFSET :o",
+                    o=max(0, versions - 25),
+                ),
+            ),
+            (
+                "datasets",
+                api("/api/datasets"),
+                raw("SELECT dataset, count(*) FROM dataset_versions GROUP BY dataset"),
+            ),
+            (
+                "index page (HTML)",
+                api("/"),
+                raw("SELECT * FROM dataset_versions ORDER BY created_at DESC LIMIT 25"),
+            ),
+            (
+                "version detail",
+                api(f"/api/versions/{mid}"),
+                raw("SELECT * FROM dataset_versions WHERE version_id = :v", v=mid),
+            ),
+            (
+                "version page (HTML)",
+                api(f"/versions/{mid}"),
+                raw("SELECT * FROM dataset_versions WHERE version_id = :v", v=mid),
+            ),
+            (
+                "diff, consecutive versions",
+                api(f"/api/versions/{mid}/diff/{nxt}"),
+                raw(anti, a=mid, b=nxt),
+            ),
+            (
+                "diff, first vs last",
+                api(f"/api/versions/{first}/diff/{last}"),
+                raw(anti, a=first, b=last),
+            ),
+            ("diff page (HTML)", api("/diff", a=mid, b=nxt), raw(anti, a=mid, b=nxt)),
+            (
+                "contains, by md5",
+                api("/api/contains", q=md5_hex(probe_i)),
+                raw("SELECT version_id FROM version_samples WHERE md5 = :m", m=md5_hex(probe_i)),
+            ),
+            (
+                "contains, by path",
+                api("/api/contains", q=path_of(probe_i)),
+                raw("SELECT version_id FROM version_samples WHERE path = :p", p=path_of(probe_i)),
+            ),
+        ]
+        # The floor of any request through this app and client, whatever it reads.
+        floor = median_ms(api("/static/style.css"), repeat * 3)
+        print(
+            f"  {backend:10} floor (a static file through the same app): {floor:.1f} ms", flush=True
+        )
+        results = []
+        for name, project, baseline in cases:
+            statements["n"] = 0
+            project()
+            n_sql = statements["n"]
+            p = median_ms(project, repeat)
+            b = median_ms(baseline, repeat)
+            results.append((name, p, b, p / b if b else float("nan"), n_sql))
+            print(
+                f"  {backend:10} {name:38} {p:9.1f} ms  baseline {b:8.1f} ms  x{p / b:6.1f}  sql={n_sql}",
+                flush=True,
+            )
+        # The store engineer's diff (whole path lists into Python) for comparison.
+        from pipeline.datasets import queries
+
+        q = median_ms(
+            lambda: queries.diff_versions(mid, nxt, store=store, limit=100), max(1, repeat // 2)
+        )
+        extra = {"fill_s": fill_s, "queries_diff_ms": q, "floor_ms": floor}
+        print(
+            f"  {backend:10} populate {versions}x{samples}: {fill_s:.1f} s; queries.diff_versions (python merge) {q:.1f} ms"
+        )
+        return results, extra
+    finally:
+        store.dispose()
+        if pg_db:
+            import psycopg
+
+            with psycopg.connect(PG_ADMIN.replace("+psycopg", ""), autocommit=True) as c:
+                c.execute(f'DROP DATABASE IF EXISTS "{pg_db}" WITH (FORCE)')
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--versions", type=int, default=100)
+    ap.add_argument("--samples", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="sqlite")
+    ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
+    args = ap.parse_args()
+    if args.versions < 3 or args.samples <= CHURN:
+        ap.error(f"--versions must be >= 3 and --samples > {CHURN}")
+    backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
+    lines = [
+        f"{args.versions} versions × {args.samples:,} samples ({args.versions * args.samples:,} sample rows), "
+        f"3 runs per version; median of {args.repeat}. Baseline: the bare SQL of the same lookup "
+        "(rows of the page / the anti-join count / the indexed md5 or path lookup). "
+        "`sql` = statements per request (constant in the page size: no N+1).",
+        "",
+        "| backend | request | ms | baseline ms | ratio | sql |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    notes = []
+    for backend in backends:
+        results, extra = run(backend, args.versions, args.samples, args.repeat)
+        for name, p, b, ratio, n_sql in results:
+            lines.append(f"| {backend} | {name} | {p:.1f} | {b:.1f} | {ratio:.1f} | {n_sql} |")
+        notes.append(
+            f"- {backend}: populate {extra['fill_s']:.0f} s; a request that reads nothing (the stylesheet) "
+            f"costs {extra['floor_ms']:.1f} ms through the same app and client; `queries.diff_versions` (both path lists "
+            f"merged in Python) on consecutive versions: {extra['queries_diff_ms']:.0f} ms."
+        )
+    body = "\n".join(lines + [""] + notes)
+    print(body)
+    if not args.no_write:
+        write_section("ui.py", body)
+
+
+if __name__ == "__main__":
+    main()
