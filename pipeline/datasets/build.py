@@ -421,6 +421,17 @@ def _record_segment(store: MetadataStore, dataset: str, info: dict) -> None:
                         })
                 if rows:
                     session.execute(insert(ProcessedSample), rows)
+                ok_md5s = [e["md5"] for e in info["entries"]]
+                for i in range(0, len(ok_md5s), 500):
+                    # An older recipe's verdict no longer holds: this one decoded the file.
+                    session.execute(
+                        update(LedgerFile)
+                        .where(
+                            LedgerFile.md5.in_(ok_md5s[i : i + 500]), LedgerFile.dataset == dataset,
+                            LedgerFile.status == STATUS_INVALID, LedgerFile.deleted_at.is_(None),
+                        )
+                        .values(status=STATUS_OK, error=None)
+                    )
                 for e in info["invalid"]:
                     # The scanner keeps this verdict until the file's md5 changes.
                     session.execute(

@@ -261,3 +261,19 @@ def test_metadata_lines_are_exactly_sorted_json():
         if sample.copy:
             rec["copy"] = sample.copy
         assert _metadata_line(5, sample) == json.dumps(rec, sort_keys=True)
+
+
+def test_a_file_invalid_under_one_recipe_becomes_ok_under_another(store, home):
+    from pipeline.lake.ledger_query import list_files
+
+    write_recipe(home, "arr", 'modality = "array"\n[array]\nshape = [2, 2]\n')
+    (home / "lake" / "arr" / "a").mkdir(parents=True)
+    np.save(home / "lake" / "arr" / "a" / "x.npy", np.zeros((3, 3), dtype=np.float32))
+    np.save(home / "lake" / "arr" / "a" / "y.npy", np.zeros((2, 2), dtype=np.float32))
+    first = _build(store, "arr")
+    assert first.invalid == 1
+    assert [f["path"] for f in list_files(status="invalid", store=store)] == ["arr/a/x.npy"]
+    write_recipe(home, "arr", 'modality = "array"\n[array]\nshape = [3, 3]\n')
+    second = _build(store, "arr")
+    assert second.decoded == 2 and second.version.samples == 1  # now y.npy is the bad one
+    assert [f["path"] for f in list_files(status="invalid", store=store)] == ["arr/a/y.npy"]
