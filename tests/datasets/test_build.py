@@ -277,3 +277,21 @@ def test_a_file_invalid_under_one_recipe_becomes_ok_under_another(store, home):
     second = _build(store, "arr")
     assert second.decoded == 2 and second.version.samples == 1  # now y.npy is the bad one
     assert [f["path"] for f in list_files(status="invalid", store=store)] == ["arr/a/y.npy"]
+
+
+def test_process_is_idempotent_and_shards_travel_as_json(store, home):
+    from pipeline.datasets.build import SegmentRef, Shard, commit, plan, process
+    from pipeline.lake.scan import scan
+
+    image_lake(home, per_class=3)
+    scan(home / "lake", dataset="pets", store=store)
+    shards = [Shard.from_dict(json.loads(json.dumps(s.to_dict()))) for s in plan("pets", store=store, max_files=4)]
+    assert [len(s.files) for s in shards] == [4, 2]
+    first = [process(s, store=store) for s in shards]
+    again = [process(s.to_dict(), store=store) for s in shards]
+    assert [r.decoded for r in first] == [4, 2] and [r.decoded for r in again] == [0, 0]
+    assert all(r.reused for r in again) and [r.segment_id for r in again] == [r.segment_id for r in first]
+    assert plan("pets", store=store) == []  # everything is processed now
+    refs = [SegmentRef.from_dict(json.loads(json.dumps(r.to_dict()))) for r in again]
+    v = commit("pets", refs, store=store)
+    assert v.samples == 6 and commit("pets", refs, store=store) is None
