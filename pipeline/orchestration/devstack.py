@@ -229,21 +229,22 @@ class Proc:
         return self.popen.pid
 
 
-def start_components(cfg: StackConfig, env: Mapping[str, str]) -> list[Proc]:
+def start_component(name: str, cfg: StackConfig, env: Mapping[str, str]) -> Proc:
     import psutil
 
     assert cfg.home is not None
-    procs = []
-    for name in COMPONENTS:
-        logfile = open(cfg.home / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        popen = subprocess.Popen(
-            component_argv(name, cfg), env=dict(env), cwd=cfg.root,
-            stdin=subprocess.DEVNULL, stdout=logfile, stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group: one signal reaches its workers too
-        )
-        logfile.close()
-        procs.append(Proc(name, popen, psutil.Process(popen.pid).create_time()))
-    return procs
+    logfile = open(cfg.home / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+    popen = subprocess.Popen(
+        component_argv(name, cfg), env=dict(env), cwd=cfg.root,
+        stdin=subprocess.DEVNULL, stdout=logfile, stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: one signal reaches its workers too
+    )
+    logfile.close()
+    return Proc(name, popen, psutil.Process(popen.pid).create_time())
+
+
+def start_components(cfg: StackConfig, env: Mapping[str, str]) -> list[Proc]:
+    return [start_component(name, cfg, env) for name in COMPONENTS]
 
 
 def stop_groups(entries: list[tuple[int, float | None]], grace_seconds: float = 20.0) -> None:
@@ -455,6 +456,17 @@ class DevStack:
         tmp = self.pid_file.with_name(PID_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2))
         os.replace(tmp, self.pid_file)
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component (SIGTERM, then SIGKILL), e.g. to restart the triggerer."""
+        for p in [p for p in self.procs if p.name == name]:
+            stop_groups([(p.pid, p.create_time)], self.cfg.grace_seconds)
+            self.procs.remove(p)
+        self._write_pid_file()
+
+    def start_component(self, name: str) -> None:
+        self.procs.append(start_component(name, self.cfg, self.env))
+        self._write_pid_file()
 
     def stop(self) -> None:
         if not self.procs:

@@ -17,7 +17,13 @@ import psutil
 import pytest
 
 from pipeline.orchestration import devstack
-from pipeline.orchestration.devstack import StackConfig, admin_password, airflow_env, free_port, stop_groups
+from pipeline.orchestration.devstack import (
+    StackConfig,
+    admin_password,
+    airflow_env,
+    free_port,
+    stop_groups,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
