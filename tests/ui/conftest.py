@@ -61,11 +61,8 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIStack]:
     get_settings.cache_clear()
     stack = AirflowStack(home, env)
     try:
-        stack.migrate()
-        # All four at once: they start in parallel, and the journey needs them all.
-        for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
-            stack.start(component)
-        stack.wait_healthy()
+        # api-server, scheduler, dag-processor, triggerer: started together, the journey needs all.
+        stack.start()
         yield UIStack(stack, built, url, home)
     finally:
         stack.stop()
