@@ -37,20 +37,26 @@ from pipeline.orchestration import dagconfig
 from pipeline.orchestration.tasks import DATASET_ALIAS, LAKE_ASSET_URI
 from pipeline.orchestration.trigger import LakeTrigger
 
-lake = Asset(
-    name=LAKE_ASSET_URI,
-    uri=LAKE_ASSET_URI,
-    watchers=[
-        AssetWatcher(
-            name="lake_watcher",
-            trigger=LakeTrigger(
-                lake=dagconfig.lake_dir(),
-                poll_seconds=dagconfig.poll_seconds(),
-                settle_seconds=dagconfig.settle_seconds(),
-            ),
-        )
-    ],
-)
+if (sqs := dagconfig.sqs_watch()) is not None:
+    # An S3 lake: S3 event notifications in SQS replace the stat polling.
+    from pipeline.orchestration.sqs import lake_asset_sqs
+
+    lake = lake_asset_sqs(queue_url=sqs[0], lake_prefix=sqs[1])
+else:
+    lake = Asset(
+        name=LAKE_ASSET_URI,
+        uri=LAKE_ASSET_URI,
+        watchers=[
+            AssetWatcher(
+                name="lake_watcher",
+                trigger=LakeTrigger(
+                    lake=dagconfig.lake_dir(),
+                    poll_seconds=dagconfig.poll_seconds(),
+                    settle_seconds=dagconfig.settle_seconds(),
+                ),
+            )
+        ],
+    )
 versions = AssetAlias(DATASET_ALIAS)
 
 

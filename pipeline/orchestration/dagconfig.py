@@ -61,3 +61,18 @@ def auto_train_datasets() -> list[str]:
 def max_active_training_runs() -> int:
     """Training runs at once (``LAKETRAIN_MAX_ACTIVE_TRAINING``, default 1: one GPU box)."""
     return max(1, int(os.environ.get("LAKETRAIN_MAX_ACTIVE_TRAINING", "1")))
+
+
+def sqs_watch() -> tuple[str, str] | None:
+    """(queue URL, s3://bucket/prefix) when the lake is watched through S3 notifications in
+    SQS (``LAKETRAIN_LAKE_SQS_QUEUE_URL`` and ``LAKETRAIN_LAKE_S3_PREFIX``), else None."""
+    queue = os.environ.get("LAKETRAIN_LAKE_SQS_QUEUE_URL", "").strip()
+    if not queue:
+        return None
+    prefix = os.environ.get("LAKETRAIN_LAKE_S3_PREFIX", "").strip()
+    if not prefix.startswith("s3://"):
+        raise ValueError(
+            f"LAKETRAIN_LAKE_S3_PREFIX={prefix!r}: must be s3://bucket/prefix when "
+            "LAKETRAIN_LAKE_SQS_QUEUE_URL is set"
+        )
+    return queue, prefix

@@ -219,3 +219,117 @@ class LakeTrigger(BaseEventTrigger):
                 # re-fires (harmless, ingest is idempotent) instead of missing a change.
                 await self._save_state(self._pending_state)
             await asyncio.sleep(self.poll_seconds)
+
+
+class SqsLakeTrigger(BaseEventTrigger):
+    """Fire on S3 event notifications delivered to an SQS queue (S3 → SQS, or S3 → SNS → SQS).
+
+    For a lake in S3, listing the bucket every few seconds costs requests and money; S3 tells
+    the queue instead. Each receive (long poll) that brought object events yields ONE event
+    with the datasets they touched (the first path component under ``lake_prefix``); the
+    messages are deleted only after the event was handed over (at-least-once: a crash re-fires,
+    which ingest absorbs, rather than losing a change). The hourly reconcile run of
+    ``lake_ingest`` still catches anything a lost notification hid.
+
+    :param queue_url: the SQS queue S3 notifies.
+    :param lake_prefix: ``s3://bucket/prefix`` of the lake; other keys are ignored.
+    :param aws_conn_id: Airflow connection for the credentials; boto3's environment if absent.
+    """
+
+    def __init__(
+        self,
+        queue_url: str,
+        lake_prefix: str,
+        aws_conn_id: str | None = "aws_default",
+        wait_time_seconds: int = 10,
+        max_messages: int = 10,
+        visibility_timeout: int = 120,
+    ) -> None:
+        super().__init__()
+        if not lake_prefix.startswith("s3://"):
+            raise ValueError(f"lake_prefix must be s3://bucket/prefix, got {lake_prefix!r}")
+        if not 0 <= wait_time_seconds <= 20:
+            raise ValueError(f"wait_time_seconds must be 0..20 (SQS long poll), got {wait_time_seconds}")
+        if not 1 <= max_messages <= 10:
+            raise ValueError(f"max_messages must be 1..10, got {max_messages}")
+        self.queue_url = queue_url
+        self.lake_prefix = lake_prefix
+        self.aws_conn_id = aws_conn_id
+        self.wait_time_seconds = int(wait_time_seconds)
+        self.max_messages = int(max_messages)
+        self.visibility_timeout = int(visibility_timeout)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "queue_url": self.queue_url,
+                "lake_prefix": self.lake_prefix,
+                "aws_conn_id": self.aws_conn_id,
+                "wait_time_seconds": self.wait_time_seconds,
+                "max_messages": self.max_messages,
+                "visibility_timeout": self.visibility_timeout,
+            },
+        )
+
+    def _client(self) -> Any:
+        import boto3
+
+        from pipeline.orchestration.env_contract import aws_credentials
+
+        creds = aws_credentials(self.aws_conn_id) if self.aws_conn_id else {}
+        kwargs: dict[str, Any] = {}
+        for var, arg in (
+            ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+            ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+            ("AWS_SESSION_TOKEN", "aws_session_token"),
+            ("AWS_ENDPOINT_URL", "endpoint_url"),
+            ("AWS_DEFAULT_REGION", "region_name"),
+        ):
+            if creds.get(var):
+                kwargs[arg] = creds[var]
+        return boto3.session.Session().client("sqs", **kwargs)
+
+    def receive(self, client: Any) -> tuple[TriggerEvent | None, list[dict[str, str]]]:
+        """One long poll: (an event or None, the receipts to delete). Blocking."""
+        from pipeline.orchestration.sqs import datasets_from_messages
+
+        resp = client.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self.max_messages,
+            WaitTimeSeconds=self.wait_time_seconds,
+            VisibilityTimeout=self.visibility_timeout,
+        )
+        messages = resp.get("Messages", [])
+        receipts = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+        changes = datasets_from_messages([m.get("Body", "") for m in messages], self.lake_prefix)
+        if not changes:
+            return None, receipts  # test events, other prefixes, ignored names: just consume
+        return (
+            TriggerEvent(
+                {
+                    "lake": self.lake_prefix,
+                    "datasets": sorted(changes),
+                    "changes": [{"dataset": d, "objects": n} for d, n in sorted(changes.items())],
+                }
+            ),
+            receipts,
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        self.log.info("watching %s through SQS %s", self.lake_prefix, self.queue_url)
+        client = await asyncio.to_thread(self._client)
+        while True:
+            try:
+                event, receipts = await asyncio.to_thread(self.receive, client)
+            except Exception as exc:  # throttling, a network blip: retry, never die
+                self.log.warning("SQS receive failed, retrying: %s", exc)
+                await asyncio.sleep(5)
+                continue
+            if event is not None:
+                self.log.info("lake changed: %s", ", ".join(event.payload["datasets"]))
+                yield event
+            if receipts:
+                await asyncio.to_thread(
+                    client.delete_message_batch, QueueUrl=self.queue_url, Entries=receipts
+                )
