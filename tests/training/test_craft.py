@@ -339,3 +339,55 @@ def test_compile_switch_wraps_the_model_and_trains_the_same() -> None:
     a = plain.train_step(*one_batch(plain))["loss"]
     b = compiled.train_step(*one_batch(compiled))["loss"]
     assert a == pytest.approx(b, rel=1e-5)
+
+
+def test_loss_switches_reach_the_trainer() -> None:
+    t = make_trainer(loss="focal", focal_gamma=1.5, class_weights="balanced", label_smoothing=0.1)
+    assert (
+        isinstance(t.loss_fn, FocalLoss)
+        and t.loss_fn.gamma == 1.5
+        and t.loss_fn.label_smoothing == 0.1
+    )
+    counts = np.bincount(t.train_reader.labels(), minlength=10)
+    torch.testing.assert_close(t.loss_fn.weight, class_weights("balanced", counts.tolist(), 10))
+    ce = make_trainer(label_smoothing=0.2)
+    assert (
+        isinstance(ce.loss_fn, nn.CrossEntropyLoss)
+        and ce.loss_fn.label_smoothing == 0.2
+        and ce.loss_fn.weight is None
+    )
+
+
+def test_cuda_backend_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cudnn.benchmark for fixed shapes unless deterministic; the cuBLAS workspace for
+    deterministic CUDA runs. Only flags are set, so this runs without a GPU."""
+    from training.loop import configure_backends
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        configure_backends(
+            build_config({}), torch.device("cuda", 0)
+        )  # auto: not deterministic on CUDA
+        assert (
+            torch.backends.cudnn.benchmark is True
+            and not torch.are_deterministic_algorithms_enabled()
+        )
+        configure_backends(build_config({"deterministic": "on"}), torch.device("cuda", 0))
+        assert (
+            torch.backends.cudnn.benchmark is False and torch.backends.cudnn.deterministic is True
+        )
+        assert __import__("os").environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        configure_backends(build_config({"cudnn_benchmark": False}), torch.device("cuda", 0))
+        assert torch.backends.cudnn.benchmark is False
+    finally:
+        configure_backends(build_config({}), torch.device("cpu"))
+    assert torch.are_deterministic_algorithms_enabled()  # CPU auto: deterministic
+
+
+def test_pinned_memory_only_for_cuda() -> None:
+    reader = digits_reader(100).split("train")
+    sampler = ResumableBatchSampler(len(reader), 16, seed=0)
+    assert make_loader(reader, sampler, num_workers=0, pin_memory=True).pin_memory is True
+    assert make_trainer().loader.pin_memory is False  # CPU run

@@ -219,6 +219,38 @@ def test_sigterm_saves_exits_75_and_the_rerun_completes_bitwise(
     assert_bitwise_equal(final_state(ckpt, "preempted"), reference["state"])
 
 
+def test_s3_checkpoints_preempt_and_resume_bitwise(
+    digits: dict[str, Any], reference: dict[str, Any], moto_server: Any
+) -> None:
+    """The same run against a real moto_server over HTTP (boto3's AWS_* variables only)."""
+    from tests.training.conftest import TEST_SECRET_ACCESS_KEY
+
+    base = f"{moto_server.url}/checkpoints"
+    env = base_env(digits, base, "on-s3", **RESUME_CFG)
+    proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "10"})
+    deadline = time.monotonic() + 240
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if "TRAIN_TEST_PAUSED step=10" in line:
+            break
+        assert time.monotonic() < deadline
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 75
+    first_err = proc.stderr.read()  # type: ignore[union-attr]
+    again = run_trainer(env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from step 10" in again.stderr
+    manager = CheckpointManager(base, "on-s3")
+    assert manager.read_result()["status"] == "succeeded"
+    assert_bitwise_equal(manager.load_latest(), reference["state"])
+    assert {
+        "checkpoints/on-s3/metrics.jsonl",
+        "checkpoints/on-s3/curves.png",
+        "checkpoints/on-s3/diagnosis.json",
+    } <= set(moto_server.keys())
+    for text in (first_err, again.stderr, again.stdout):
+        assert TEST_SECRET_ACCESS_KEY not in text
+
+
 def test_missing_version_exits_3(digits: dict[str, Any], tmp_path: Path) -> None:
     env = base_env(digits, tmp_path / "objects", "missing")
     env["DATASET_VERSION"] = "digits_v19990101_deadbeef"

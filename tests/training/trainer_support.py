@@ -71,7 +71,9 @@ def base_env(
         {
             "DATASET_NAME": "digits",
             "DATASET_VERSION": "latest",
-            "CHECKPOINT_URL": checkpoint_dir.as_uri(),
+            "CHECKPOINT_URL": checkpoint_dir
+            if isinstance(checkpoint_dir, str)
+            else checkpoint_dir.as_uri(),
             "RUN_ID": run_id,
             "PYTHONUNBUFFERED": "1",
             # One intra-op thread: the same float summation order in every run, and no fight over
