@@ -256,3 +256,17 @@ def test_diff_of_paths_with_many_rows_counts_each_path_once(store):
     assert [(r["path"], r["old_md5"], r["md5"]) for r in d["changed"]] == [
         ("tab/a.csv", md5_of("a"), md5_of("a2"))
     ]
+
+
+def test_table_versions_show_no_thumbnail_grid(store, client, versions):
+    import json as _json
+
+    from pipeline.metadata.datasets import DatasetVersion
+
+    v = versions[0].version_id
+    assert 'class="thumbnails"' in client.get(f"/versions/{v}").text
+    with store.session() as s:
+        row = s.get(DatasetVersion, v)
+        row.manifest = _json.dumps({**_json.loads(row.manifest), "modality": "table"})
+    html = client.get(f"/versions/{v}").text
+    assert 'class="thumbnails"' not in html and "table" in html
