@@ -72,9 +72,18 @@ def test_train_val_gap_on_overfitting() -> None:
 
 
 def test_sudden_val_drop_suggests_leakage() -> None:
-    recs = epoch_records([(1.0, 1.1, 0.6, 0.58), (0.95, 0.3, 0.62, 0.93)])
+    recs = epoch_records([(2.0, 1.2, 0.4, 0.6), (1.0, 1.1, 0.6, 0.58), (0.95, 0.3, 0.62, 0.93)])
     found = [f for f in diagnose(recs) if f.rule == "sudden_val_drop"]
-    assert found and "leak" in found[0].message and found[0].epoch == 1
+    assert found and "leak" in found[0].message and found[0].epoch == 2
+    # val beating train for two epochs in a row fires too
+    recs = epoch_records([(2.0, 1.2, 0.4, 0.6), (1.0, 0.5, 0.6, 0.9), (0.9, 0.45, 0.62, 0.93)])
+    assert "sudden_val_drop" in rules(recs)
+
+
+def test_first_epoch_averages_do_not_raise_false_alarms() -> None:
+    # After epoch 0 the epoch-averaged train accuracy lags the model's end-of-epoch val accuracy.
+    assert diagnose(epoch_records([(2.0, 0.9, 0.6, 0.77)])) == []
+    assert diagnose(epoch_records([(2.0, 0.9, 0.6, 0.77), (0.5, 0.2, 0.93, 0.96)])) == []
 
 
 def test_plot_writes_a_png(tmp_path) -> None:
