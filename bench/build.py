@@ -4,8 +4,8 @@ same run: a plain Pillow decode loop over the same files (what any build must at
 
 Target: incremental build <= 3 % of the full build time.
 
-Images are 160x120 crops of scikit-learn's sample photos (real JPEG content, q90), in 10
-class folders, built with a 64x64 RGB recipe; the store is SQLite under bench/_work/build.
+Images are 320x240 crops of scikit-learn's sample photos (real JPEG content, q90), in 10
+class folders, built with a 96x96 RGB recipe (center_crop); the store is SQLite under bench/_work/build.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def main() -> None:
         ),
     ]
     body = (
-        f"{args.images:,} JPEG images (160x120 photo crops, q90) → 64x64 RGB npy version, "
+        f"{args.images:,} JPEG images (320x240 photo crops, q90) → 96x96 RGB npy version, "
         f"{args.workers} worker processes, SQLite store.\n\n"
     )
     body += "| measure | figure |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
