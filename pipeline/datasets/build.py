@@ -278,6 +278,7 @@ def process(
     final = segments_root(data_root, shard.recipe_hash) / seg_id
     if (final / "segment.json").is_file():
         written = load_written(final)
+        os.utime(final)  # tells gc this segment is in use again
         _record_segment(store, shard.dataset, written.info)
         return _ref(shard, written.info, decoded=0, reused=True)
 

@@ -101,8 +101,8 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
         known.add(seg.path)
         if seg.segment_id in kept_segments or seg.n_rows == 0:
             continue
-        if now - seg.created_at.timestamp() < min_age_s:
-            continue
+        if now - seg.created_at.timestamp() < min_age_s or not _old(data_root / seg.path, now, min_age_s):
+            continue  # young, or just reused by a build (process() touches what it reuses)
         plan.segments.append({"segment_id": seg.segment_id, "path": seg.path, "bytes": seg.size_bytes, "recorded": True})
         plan.bytes += seg.size_bytes
     # Segment folders the store never recorded (a build killed between rename and record).
@@ -138,7 +138,7 @@ def _old(path: Path, now: float, min_age_s: float) -> bool:
     try:
         return now - path.stat().st_mtime >= min_age_s
     except FileNotFoundError:
-        return False
+        return True  # already gone: nothing in flight can be using it
 
 
 def _du(folder: Path) -> int:
