@@ -44,16 +44,25 @@ def shutdown(info: DistInfo) -> None:
         dist.destroy_process_group()
 
 
-def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    if info.enabled:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+def _all_reduce(t: torch.Tensor, op: dist.ReduceOp, info: DistInfo) -> torch.Tensor:
+    if not info.enabled:
+        return t
+    if dist.get_backend() == "nccl" and not t.is_cuda:
+        # NCCL reduces CUDA tensors only; the loop's small counters live on the CPU.
+        on_gpu = t.cuda()
+        dist.all_reduce(on_gpu, op=op)
+        t.copy_(on_gpu.cpu())
+    else:
+        dist.all_reduce(t, op=op)
     return t
+
+
+def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    return _all_reduce(t, dist.ReduceOp.SUM, info)
 
 
 def all_reduce_max(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    if info.enabled:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t
+    return _all_reduce(t, dist.ReduceOp.MAX, info)
 
 
 def gather_objects(obj: Any, info: DistInfo) -> list[Any]:

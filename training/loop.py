@@ -419,10 +419,7 @@ class Trainer:
             ],
             dtype=torch.float64,
         )
-        flags = all_reduce_sum(
-            flags.to(self.device) if self.device.type == "cuda" and self.dist.enabled else flags,
-            self.dist,
-        ).cpu()
+        flags = all_reduce_sum(flags, self.dist)
         if flags[1] > 0:
             self._raise_non_finite(loss, indices, other_rank=not local_bad)
 
