@@ -284,6 +284,8 @@ def process(
 
     pre = preprocessor_for(recipe)
     copies = recipe.augment.copies
+    shape = tuple(sample_shape(recipe))
+    expected: tuple[int, ...] | None = None if -1 in shape else shape
     xs: list[np.ndarray] = []
     label_names: list[str] = []
     label_index: dict[str, int] = {}
@@ -301,6 +303,14 @@ def process(
             result = pre.decode(abspath, recipe)
         except InvalidInput as exc:
             invalid.append({"md5": f.md5, "path": f.path, "reason": exc.reason})
+            continue
+        shapes = {tuple(sample.x.shape) for sample in result.samples}
+        if expected is None and len(shapes) == 1:
+            expected = next(iter(shapes))  # tables without feature_columns: the first file decides
+        if shapes and shapes != {expected}:
+            # One segment holds one sample shape; a file that disagrees is left out, not fatal.
+            got = ", ".join(str(list(sh)) for sh in sorted(shapes))
+            invalid.append({"md5": f.md5, "path": f.path, "reason": f"sample shape {got} != {list(expected or ())} of the other files"})
             continue
         start = len(xs)
         labels: list[str | None] = []
@@ -332,7 +342,6 @@ def process(
             "invalid_rows": [[int(line), reason] for line, reason in result.invalid_rows],
             "stats": _stats(xs[start:]) if n else None,
         })
-    shape = sample_shape(recipe)
     dtype = sample_dtype(recipe)
     if xs:
         x = np.stack(xs).astype(dtype, copy=False)

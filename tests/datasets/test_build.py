@@ -295,3 +295,18 @@ def test_process_is_idempotent_and_shards_travel_as_json(store, home):
     refs = [SegmentRef.from_dict(json.loads(json.dumps(r.to_dict()))) for r in again]
     v = commit("pets", refs, store=store)
     assert v.samples == 6 and commit("pets", refs, store=store) is None
+
+
+def test_a_table_with_other_columns_is_left_out_not_fatal(store, home):
+    write_recipe(home, "tab", 'modality = "table"\n[table]\nlabel_column = "label"\n')
+    (home / "lake" / "tab").mkdir()
+    (home / "lake" / "tab" / "a.csv").write_text("f1,f2,label\n1,2,x\n3,4,y\n")
+    (home / "lake" / "tab" / "b.csv").write_text("f1,label\n5,x\n")
+    from pipeline.datasets.queries import get_version
+
+    report = _build(store, "tab")
+    assert report.invalid == 1
+    (bad,) = get_version(report.version.tag, store=store)["invalid_files"]
+    assert "sample shape" in bad["reason"]
+    # The first file (in md5 order) sets the shape; the other one is left out.
+    assert report.version.samples == (1 if bad["path"] == "tab/a.csv" else 2)
