@@ -26,7 +26,7 @@ def settle_seconds() -> float:
 
 def poll_seconds() -> float:
     """Seconds between two stat walks of the lake watcher (``LAKETRAIN_POLL_SECONDS``)."""
-    raw = os.environ.get("LAKETRAIN_POLL_SECONDS", "2")
+    raw = os.environ.get("LAKETRAIN_POLL_SECONDS", "1")
     try:
         value = float(raw)
     except ValueError:

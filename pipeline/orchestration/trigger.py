@@ -111,7 +111,7 @@ class LakeTrigger(BaseEventTrigger):
     def __init__(
         self,
         lake: str,
-        poll_seconds: float = 2.0,
+        poll_seconds: float = 1.0,
         settle_seconds: float = 2.0,
         max_defer_seconds: float = 30.0,
     ) -> None:
