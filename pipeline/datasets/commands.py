@@ -74,6 +74,7 @@ def build_cmd(
 def versions_cmd(
     dataset: Annotated[str | None, typer.Argument(help="Only this dataset.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
+    show_all: Annotated[bool, typer.Option("--all", help="Include versions deleted by gc.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List dataset versions, newest first."""
@@ -82,7 +83,7 @@ def versions_cmd(
     from pipeline.datasets.queries import list_versions
 
     cli = _cli()
-    rows = list_versions(dataset, limit=limit)
+    rows = list_versions(dataset, limit=limit, include_deleted=show_all)
     if as_json:
         cli.print_json(rows)
         return
@@ -96,11 +97,14 @@ def versions_cmd(
     table.add_column("train/val", justify="right", no_wrap=True)
     table.add_column("vs parent", justify="right", no_wrap=True)
     table.add_column("bad", justify="right", no_wrap=True)
+    if show_all:  # without --all every row is committed: no column needed
+        table.add_column("status", no_wrap=True)
     for r in rows:
-        table.add_row(
+        cells = [
             r["tag"], r["created_at"][5:16].replace("T", " "), str(r["samples"]),
             f"{r['train']}/{r['val']}", f"+{r['added']} −{r['removed']} ~{r['changed']}", str(r["invalid"]),
-        )
+        ]
+        table.add_row(*cells, *([r["status"]] if show_all else []))
     cli.console.print(table)
 
 
