@@ -612,7 +612,14 @@ class Trainer:
                         t_last, n_since = now, 0
                     if self.on_step is not None:
                         self.on_step(self)
-                    if out["stop"]:
+                    # Single process: a SIGTERM that landed during this step stops right after
+                    # it. Under DDP the ranks agree through the next step's collective instead.
+                    late_term = (
+                        not self.dist.enabled
+                        and self.stop_flag is not None
+                        and self.stop_flag.requested
+                    )
+                    if out["stop"] or late_term:
                         self._save()
                         raise StopRequested(
                             f"stopped by SIGTERM after step {self.step}; checkpoint saved"

@@ -85,3 +85,35 @@ def test_label_distribution_mismatch_stops() -> None:
     unknown = {"train": {"classes": {"0": 4, "7": 4}}, "val": {"classes": {"0": 1, "1": 1}}}
     with pytest.raises(DataCheckError, match="class '7'"):
         check_label_distribution(ArrayReader(x, y, val_mask=val, manifest_counts=unknown))
+
+
+def test_sigterm_during_a_step_finishes_it_saves_and_stops() -> None:
+    """A real SIGTERM to this process, delivered in the middle of a forward pass."""
+    import os
+    import signal
+
+    from training.loop import SignalFlag, StopRequested
+
+    saved: list[dict] = []
+    x, y = np.random.default_rng(0).normal(size=(96, 6)).astype(np.float32), np.arange(96) % 2
+    reader = ArrayReader(x, y, modality="table", mean=np.zeros(6), std=np.ones(6))
+    t = trainer_for(reader, checkpoint_every=0, epochs=3)
+    t.save_fn = lambda state, **kw: saved.append(state)
+    calls = [0]
+
+    def hook(module: torch.nn.Module, inputs: object, output: object) -> None:
+        calls[0] += 1
+        if calls[0] == 3:  # the forward of step index 2
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    t.model.body.register_forward_hook(hook)
+    flag = SignalFlag().install()
+    t.stop_flag = flag
+    try:
+        with pytest.raises(StopRequested):
+            t.fit()
+    finally:
+        flag.uninstall()
+    assert t.step == 3  # the step in flight finished, no further one started
+    assert len(saved) == 1 and saved[0]["step"] == 3 and saved[0]["sampler"]["position"] == 3
+    assert signal.getsignal(signal.SIGTERM) != flag._handle  # the handler is uninstalled
