@@ -414,7 +414,11 @@ def diff_versions(
         if method is None:
             method = "sql" if va.samples == va.files and vb.samples == vb.files else "merge"
         if method == "sql":
-            counts, pages = _diff_sql(s, va.version_id, vb.version_id, limit, offset)
+            # Against its parent, the build already counted this diff (same rule, same rows).
+            known = None
+            if vb.parent_id == va.version_id:
+                known = {"added": vb.added, "removed": vb.removed, "changed": vb.changed}
+            counts, pages = _diff_sql(s, va.version_id, vb.version_id, limit, offset, known)
         elif method == "merge":
             counts, pages = _diff_merge(s, va.version_id, vb.version_id, limit, offset)
         else:
@@ -429,7 +433,9 @@ def diff_versions(
     }
 
 
-def _diff_sql(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[dict, dict]:
+def _diff_sql(
+    s: Session, a: str, b: str, limit: int, offset: int, known: dict[str, int] | None = None
+) -> tuple[dict, dict]:
     A, B = aliased(VersionSample), aliased(VersionSample)
     only_b = (
         select(B.path, B.md5, B.label, B.split)
@@ -446,9 +452,22 @@ def _diff_sql(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[dict
         .join(A, and_(A.version_id == a, A.path == B.path))
         .where(B.version_id == b, or_(A.md5 != B.md5, A.label.is_distinct_from(B.label)))
     )
-    kinds = {"added": only_b, "removed": only_a, "changed": changed}
-    # All three counts in ONE pass over b's rows with an index probe into a: with one row per
-    # path on each side, removed = a's rows minus the matched ones.
+    counts = known if known is not None else _count_diff(s, a, b)
+    pages = {}
+    for kind, q in {"added": only_b, "removed": only_a, "changed": changed}.items():
+        # A kind with nothing left to show costs no query (a "changed" page scans every path).
+        if counts[kind] <= offset:
+            pages[kind] = []
+            continue
+        rows = s.execute(q.order_by(q.selected_columns[0]).limit(limit).offset(offset))
+        pages[kind] = [dict(r._mapping) for r in rows]
+    return counts, pages
+
+
+def _count_diff(s: Session, a: str, b: str) -> dict[str, int]:
+    """All three counts in ONE pass over b's rows with an index probe into a: with one row per
+    path on each side, removed = a's rows minus the matched ones."""
+    A, B = aliased(VersionSample), aliased(VersionSample)
     differs = or_(A.md5 != B.md5, A.label.is_distinct_from(B.label))
     added, matched, n_changed = s.execute(
         select(
@@ -460,21 +479,14 @@ def _diff_sql(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[dict
         .outerjoin(A, and_(A.version_id == a, A.path == B.path))
         .where(B.version_id == b)
     ).one()
-    a_rows = (
-        s.scalar(
-            select(func.count()).select_from(VersionSample).where(VersionSample.version_id == a)
-        )
-        or 0
+    a_rows = s.scalar(
+        select(func.count()).select_from(VersionSample).where(VersionSample.version_id == a)
     )
-    counts = {"added": int(added), "removed": int(a_rows) - int(matched), "changed": int(n_changed)}
-    pages = {
-        k: [
-            dict(r._mapping)
-            for r in s.execute(q.order_by(q.selected_columns[0]).limit(limit).offset(offset))
-        ]
-        for k, q in kinds.items()
+    return {
+        "added": int(added),
+        "removed": int(a_rows or 0) - int(matched),
+        "changed": int(n_changed),
     }
-    return counts, pages
 
 
 def _first_rows(s: Session, version_id: str) -> Iterator[tuple[str, str, str | None, str]]:

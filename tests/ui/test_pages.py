@@ -207,7 +207,10 @@ def _as_sets(d: dict) -> dict:
 def test_diff_in_sql_and_by_merge_agree(store, versions):
     from pipeline.ui import data
 
+    # (v0, v1) and (v1, v2) are parent diffs: their counts come from the build's stored ones.
     for a, b in [
+        (versions[0], versions[1]),
+        (versions[1], versions[2]),
         (versions[0], versions[2]),
         (versions[2], versions[0]),
         (versions[1], versions[1]),
