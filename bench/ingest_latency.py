@@ -86,9 +86,15 @@ def direct_baseline(n: int, settle: float) -> float:
     (base / "recipes").mkdir()
     (base / "recipes" / "bench.toml").write_text(RECIPE)
     saved = dict(os.environ)
-    os.environ.update({"LAKE_DIR": str(base / "lake"), "DATA_ROOT": str(base / "data"),
-                       "RECIPES_DIR": str(base / "recipes"), "SETTLE_SECONDS": "0",
-                       "METADATA_DB_URL": f"sqlite:///{base / 'metadata.db'}"})
+    os.environ.update(
+        {
+            "LAKE_DIR": str(base / "lake"),
+            "DATA_ROOT": str(base / "data"),
+            "RECIPES_DIR": str(base / "recipes"),
+            "SETTLE_SECONDS": "0",
+            "METADATA_DB_URL": f"sqlite:///{base / 'metadata.db'}",
+        }
+    )
     get_settings.cache_clear()
     try:
         store = open_store()
@@ -126,15 +132,23 @@ def main() -> int:
     (home / "recipes").mkdir()
     (home / "recipes" / "bench.toml").write_text(RECIPE)
     db_url = f"sqlite:///{home / 'metadata.db'}"
-    extra = {"LAKE_DIR": str(lake), "DATA_ROOT": str(home / "data"), "RECIPES_DIR": str(home / "recipes"),
-             "CHECKPOINT_URL": (home / "objects").as_uri(), "METADATA_DB_URL": db_url,
-             "SETTLE_SECONDS": str(args.settle), "LAKETRAIN_POLL_SECONDS": str(args.poll)}
+    extra = {
+        "LAKE_DIR": str(lake),
+        "DATA_ROOT": str(home / "data"),
+        "RECIPES_DIR": str(home / "recipes"),
+        "CHECKPOINT_URL": (home / "objects").as_uri(),
+        "METADATA_DB_URL": db_url,
+        "SETTLE_SECONDS": str(args.settle),
+        "LAKETRAIN_POLL_SECONDS": str(args.poll),
+    }
     store = open_store(db_url)
     cfg = StackConfig(home=home / "airflow", port=free_port(), extra_env=extra)
     latencies: list[float] = []
     with DevStack(cfg, log=lambda line: print(line, flush=True)) as stack:
         stack.start(prepare=False)
-        time.sleep(args.poll * 3 + 5)  # the watcher's first poll of the empty lake, the startup reconcile
+        time.sleep(
+            args.poll * 3 + 5
+        )  # the watcher's first poll of the empty lake, the startup reconcile
         for r in range(args.rounds):
             before = latest_version(store)
             files = digit_pngs(args.files, 1000 * (r + 1))
@@ -143,13 +157,17 @@ def main() -> int:
             deadline = t0 + args.timeout
             while time.perf_counter() < deadline:
                 v = latest_version(store)
-                if v and (before is None or v["version_id"] != before["version_id"]) and v["samples"] >= (
-                    (before or {}).get("samples", 0) + args.files
+                if (
+                    v
+                    and (before is None or v["version_id"] != before["version_id"])
+                    and v["samples"] >= ((before or {}).get("samples", 0) + args.files)
                 ):
                     break
                 time.sleep(0.1)
             else:
-                print(f"round {r + 1}: no version within {args.timeout:.0f}s; logs in {cfg.home / 'logs'}")
+                print(
+                    f"round {r + 1}: no version within {args.timeout:.0f}s; logs in {cfg.home / 'logs'}"
+                )
                 return 1
             latency = time.perf_counter() - t0
             latencies.append(latency)

@@ -93,7 +93,11 @@ def lake_ingest():
 
     # none_failed: with no shard to process (only deletions, or nothing new), process is
     # skipped and the commit still runs.
-    @task(outlets=[versions], trigger_rule="none_failed", map_index_template="{{ task.op_kwargs['dataset'] }}")
+    @task(
+        outlets=[versions],
+        trigger_rule="none_failed",
+        map_index_template="{{ task.op_kwargs['dataset'] }}",
+    )
     def commit(dataset: str, segments: list[dict] | None = None):
         from pipeline.orchestration.tasks import commit_dataset, dataset_asset_uri
 

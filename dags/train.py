@@ -30,7 +30,10 @@ from pipeline.orchestration.env_contract import AMP_MODES, LAUNCHERS, MODELS
 from pipeline.orchestration.tasks import MODEL_ALIAS, dataset_asset_uri
 
 _recipes = dagconfig.recipe_names()
-_auto = [Asset(name=dataset_asset_uri(n), uri=dataset_asset_uri(n)) for n in dagconfig.auto_train_datasets()]
+_auto = [
+    Asset(name=dataset_asset_uri(n), uri=dataset_asset_uri(n))
+    for n in dagconfig.auto_train_datasets()
+]
 models = AssetAlias(MODEL_ALIAS)
 
 _dataset_param = (
@@ -42,7 +45,9 @@ _dataset_param = (
         description="The dataset to train on (a lake folder with a recipe in recipes/).",
     )
     if _recipes
-    else Param("", type="string", minLength=1, title="Dataset", description="The dataset to train on.")
+    else Param(
+        "", type="string", minLength=1, title="Dataset", description="The dataset to train on."
+    )
 )
 
 params = {
@@ -54,15 +59,73 @@ params = {
         title="Dataset version",
         description="'latest', a version tag (digits_v20261129_ab12cd34), a version id or a unique id prefix.",
     ),
-    "epochs": Param(3, type="integer", minimum=1, maximum=10_000, title="Epochs", description="Passes over the training split."),
-    "batch_size": Param(64, type="integer", minimum=1, maximum=65_536, title="Batch size", description="Samples per optimizer step (per GPU)."),
-    "lr": Param(0.01, type="number", exclusiveMinimum=0, maximum=10, title="Learning rate", description="Peak learning rate of the schedule."),
-    "amp": Param("auto", type="string", enum=list(AMP_MODES), title="Mixed precision", description="auto: bf16 where the GPU supports it, else fp16; off on CPU."),
-    "grad_checkpointing": Param(False, type="boolean", title="Gradient checkpointing", description="Trade compute for memory: recompute activations in the backward pass."),
-    "model": Param("auto", type="string", enum=list(MODELS), title="Model", description="auto picks from the data: a ResNet for images, an MLP for tables."),
-    "seed": Param(0, type="integer", minimum=0, maximum=2**31 - 1, title="Seed", description="Random seed of initialisation and shuffling."),
-    "launcher": Param("local", type="string", enum=list(LAUNCHERS), title="Launcher", description="local: a process on the worker; docker: a GPU container; kubernetes: a GPU pod."),
-    "gpus": Param(-1, type="integer", minimum=-1, maximum=64, title="GPUs", description="-1: all GPUs of the machine (one on Kubernetes), 0: CPU only, N: N GPUs."),
+    "epochs": Param(
+        3,
+        type="integer",
+        minimum=1,
+        maximum=10_000,
+        title="Epochs",
+        description="Passes over the training split.",
+    ),
+    "batch_size": Param(
+        64,
+        type="integer",
+        minimum=1,
+        maximum=65_536,
+        title="Batch size",
+        description="Samples per optimizer step (per GPU).",
+    ),
+    "lr": Param(
+        0.01,
+        type="number",
+        exclusiveMinimum=0,
+        maximum=10,
+        title="Learning rate",
+        description="Peak learning rate of the schedule.",
+    ),
+    "amp": Param(
+        "auto",
+        type="string",
+        enum=list(AMP_MODES),
+        title="Mixed precision",
+        description="auto: bf16 where the GPU supports it, else fp16; off on CPU.",
+    ),
+    "grad_checkpointing": Param(
+        False,
+        type="boolean",
+        title="Gradient checkpointing",
+        description="Trade compute for memory: recompute activations in the backward pass.",
+    ),
+    "model": Param(
+        "auto",
+        type="string",
+        enum=list(MODELS),
+        title="Model",
+        description="auto picks from the data: a ResNet for images, an MLP for tables.",
+    ),
+    "seed": Param(
+        0,
+        type="integer",
+        minimum=0,
+        maximum=2**31 - 1,
+        title="Seed",
+        description="Random seed of initialisation and shuffling.",
+    ),
+    "launcher": Param(
+        "local",
+        type="string",
+        enum=list(LAUNCHERS),
+        title="Launcher",
+        description="local: a process on the worker; docker: a GPU container; kubernetes: a GPU pod.",
+    ),
+    "gpus": Param(
+        -1,
+        type="integer",
+        minimum=-1,
+        maximum=64,
+        title="GPUs",
+        description="-1: all GPUs of the machine (one on Kubernetes), 0: CPU only, N: N GPUs.",
+    ),
 }
 
 

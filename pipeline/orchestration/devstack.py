@@ -160,7 +160,9 @@ def airflow_env(cfg: StackConfig, base: Mapping[str, str] | None = None) -> dict
                 cfg.home / "simple_auth_manager_passwords.json"
             ),
             # The trigger class and the task bodies are imported from this repository.
-            "PYTHONPATH": os.pathsep.join(p for p in (str(cfg.root), env.get("PYTHONPATH", "")) if p),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(cfg.root), env.get("PYTHONPATH", "")) if p
+            ),
             # pipeline.settings resolves var/lake, var/data, var/objects, recipes/ from here.
             "LAKETRAIN_HOME": str(cfg.root),
         }
@@ -174,16 +176,24 @@ def airflow_bin() -> str:
     return str(here) if here.exists() else (shutil.which("airflow") or "airflow")
 
 
-def init_airflow(cfg: StackConfig, env: Mapping[str, str], *, log: Callable[[str], None] = print) -> None:
+def init_airflow(
+    cfg: StackConfig, env: Mapping[str, str], *, log: Callable[[str], None] = print
+) -> None:
     assert cfg.home is not None
     (cfg.home / "logs").mkdir(parents=True, exist_ok=True)
     log(f"airflow db migrate ({cfg.home})")
     out = subprocess.run(
-        [airflow_bin(), "db", "migrate"], env=dict(env), cwd=cfg.root,
-        capture_output=True, text=True, timeout=600,
+        [airflow_bin(), "db", "migrate"],
+        env=dict(env),
+        cwd=cfg.root,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"airflow db migrate failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        raise RuntimeError(
+            f"airflow db migrate failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        )
 
 
 def prepare_lake(env: Mapping[str, str], *, log: Callable[[str], None] = print) -> None:
@@ -199,7 +209,10 @@ def prepare_lake(env: Mapping[str, str], *, log: Callable[[str], None] = print) 
         s = get_settings()
         written = create_sample_lake(s.lake_dir)
         if written:
-            log(f"sample lake created in {s.lake_dir}: " + ", ".join(f"{n} {k}" for k, n in written.items()))
+            log(
+                f"sample lake created in {s.lake_dir}: "
+                + ", ".join(f"{n} {k}" for k, n in written.items())
+            )
         open_store(s.database_url)
     finally:
         os.environ.clear()
@@ -238,8 +251,12 @@ def start_component(name: str, cfg: StackConfig, env: Mapping[str, str]) -> Proc
     assert cfg.home is not None
     logfile = open(cfg.home / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
     popen = subprocess.Popen(
-        component_argv(name, cfg), env=dict(env), cwd=cfg.root,
-        stdin=subprocess.DEVNULL, stdout=logfile, stderr=subprocess.STDOUT,
+        component_argv(name, cfg),
+        env=dict(env),
+        cwd=cfg.root,
+        stdin=subprocess.DEVNULL,
+        stdout=logfile,
+        stderr=subprocess.STDOUT,
         start_new_session=True,  # its own group: one signal reaches its workers too
     )
     logfile.close()
@@ -348,7 +365,9 @@ class Api:
         self.username, self.password = username, password
         self.token: str | None = None
 
-    def _request(self, method: str, path: str, body: Any = None, auth: bool = True) -> tuple[int, Any]:
+    def _request(
+        self, method: str, path: str, body: Any = None, auth: bool = True
+    ) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
@@ -369,7 +388,10 @@ class Api:
 
     def login(self) -> None:
         status, body = self._request(
-            "POST", "/auth/token", {"username": self.username, "password": self.password}, auth=False
+            "POST",
+            "/auth/token",
+            {"username": self.username, "password": self.password},
+            auth=False,
         )
         if status not in (200, 201) or not isinstance(body, dict):
             raise RuntimeError(f"login to {self.base} failed: HTTP {status}")
@@ -454,7 +476,9 @@ class DevStack:
         data = {
             "devstack": {"pid": os.getpid(), "create_time": psutil.Process().create_time()},
             "url": self.cfg.url,
-            "components": [{"name": p.name, "pid": p.pid, "create_time": p.create_time} for p in self.procs],
+            "components": [
+                {"name": p.name, "pid": p.pid, "create_time": p.create_time} for p in self.procs
+            ],
         }
         tmp = self.pid_file.with_name(PID_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2))
@@ -495,7 +519,9 @@ class DevStack:
 class Follower:
     """Prints what happens: new runs and their state changes, new versions, finished runs."""
 
-    def __init__(self, api: Api, env: Mapping[str, str], log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, api: Api, env: Mapping[str, str], log: Callable[[str], None] = print
+    ) -> None:
         self.api, self.env, self.log = api, env, log
         self.seen: dict[tuple[str, str], str] = {}
 
@@ -507,9 +533,11 @@ class Follower:
                 if self.seen.get(key) == state:
                     continue
                 self.seen[key] = state
-                how = {"asset_triggered": "by an asset event", "scheduled": "on schedule", "manual": "by hand"}.get(
-                    run.get("run_type", ""), run.get("run_type", "")
-                )
+                how = {
+                    "asset_triggered": "by an asset event",
+                    "scheduled": "on schedule",
+                    "manual": "by hand",
+                }.get(run.get("run_type", ""), run.get("run_type", ""))
                 self.log(f"  {dag_id:<11} {run['dag_run_id']}  ({how}): {state}")
                 if state == "success" and dag_id == "lake_ingest":
                     self._print_versions()
@@ -539,7 +567,9 @@ class Follower:
         rows = self._with_env(latest)
         if isinstance(rows, list):
             for v in rows:
-                self.log(f"      version {v.get('tag')}: {v.get('samples')} samples (+{v.get('added')} -{v.get('removed')})")
+                self.log(
+                    f"      version {v.get('tag')}: {v.get('samples')} samples (+{v.get('added')} -{v.get('removed')})"
+                )
 
     def _print_run(self, run: dict) -> None:
         from pipeline.orchestration.env_contract import sanitize_run_id
@@ -566,7 +596,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     cfg = StackConfig(port=args.port)
     running = read_pid_file(cfg.home)  # type: ignore[arg-type]
     if running and _devstack_alive(running):
-        print(f"already running at {running.get('url')} (pid {running['devstack']['pid']}); `make stop` first")
+        print(
+            f"already running at {running.get('url')} (pid {running['devstack']['pid']}); `make stop` first"
+        )
         return 1
     stack = DevStack(cfg)
     stop_event = threading.Event()
@@ -581,7 +613,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         print()
         print(f"  Airflow UI   {cfg.url}")
         print(f"  login        {ADMIN_USER} / {stack.password}")
-        print(f"  lake         {stack.env.get('LAKE_DIR') or cfg.root / 'var' / 'lake'}  (drop files here)")
+        print(
+            f"  lake         {stack.env.get('LAKE_DIR') or cfg.root / 'var' / 'lake'}  (drop files here)"
+        )
         print(f"  logs         {cfg.home / 'logs'}")
         print("  Ctrl-C (or `make stop`) stops everything.")
         print()
@@ -590,7 +624,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         while not stop_event.is_set():
             for p in stack.procs:
                 if p.popen.poll() is not None:
-                    print(f"{p.name} exited with code {p.popen.returncode}; see {cfg.home / 'logs' / (p.name + '.log')}")
+                    print(
+                        f"{p.name} exited with code {p.popen.returncode}; see {cfg.home / 'logs' / (p.name + '.log')}"
+                    )
                     stop_event.set()
             try:
                 follower.poll()
@@ -661,7 +697,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="devstack", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start everything and follow along (Ctrl-C stops)")
-    up.add_argument("--port", type=int, default=None, help="API/UI port (default 8080 or a free one)")
+    up.add_argument(
+        "--port", type=int, default=None, help="API/UI port (default 8080 or a free one)"
+    )
     sub.add_parser("stop", help="stop a running `up`")
     sub.add_parser("status", help="is it running?")
     args = parser.parse_args(argv)

@@ -73,11 +73,14 @@ class TrainParams:
                 raise ContractError(f"{name}: {why}, got {getattr(self, name)!r}")
         for key in self.extra:
             if not re.fullmatch(r"[A-Z][A-Z0-9_]*", key):
-                raise ContractError(f"extra: TRAIN_ field names are upper-case identifiers, got {key!r}")
+                raise ContractError(
+                    f"extra: TRAIN_ field names are upper-case identifiers, got {key!r}"
+                )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> TrainParams:
         """From the DAG params (JSON): coerce types, refuse unknown values with the field name."""
+
         def num(name: str, kind: type, default: Any) -> Any:
             value = data.get(name, default)
             try:
@@ -162,7 +165,9 @@ def sanitize_run_id(dag_id: str, dag_run_id: str) -> str:
     return clean
 
 
-def aws_credentials(conn_id: str = "aws_default", environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def aws_credentials(
+    conn_id: str = "aws_default", environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """boto3's ``AWS_*`` variables: from the Airflow connection ``conn_id`` if it exists,
     else from the environment. Values are never logged."""
     environ = os.environ if environ is None else environ
@@ -227,7 +232,9 @@ def build_trainer_env(
     secret: dict[str, str] = {}
     if metadata_db_url:
         # A URL with a password is a credential: it travels with the secrets.
-        has_password = bool(urlsplit(metadata_db_url).password) if "://" in metadata_db_url else False
+        has_password = (
+            bool(urlsplit(metadata_db_url).password) if "://" in metadata_db_url else False
+        )
         (secret if has_password else public)["METADATA_DB_URL"] = metadata_db_url
     public.update(params.train_vars())
     for key, value in (aws or {}).items():

@@ -67,9 +67,12 @@ class LauncherConfig:
             k8s_namespace=env.get("LAKETRAIN_K8S_NAMESPACE") or d.k8s_namespace,
             k8s_data_pvc=env.get("LAKETRAIN_K8S_DATA_PVC") or d.k8s_data_pvc,
             k8s_aws_secret=env.get("LAKETRAIN_K8S_AWS_SECRET") or d.k8s_aws_secret,
-            k8s_in_cluster=(env.get("LAKETRAIN_K8S_IN_CLUSTER") or "").lower() in ("1", "true", "yes"),
+            k8s_in_cluster=(env.get("LAKETRAIN_K8S_IN_CLUSTER") or "").lower()
+            in ("1", "true", "yes"),
             k8s_config_file=env.get("LAKETRAIN_K8S_CONFIG_FILE") or None,
-            kill_grace_seconds=float(env.get("LAKETRAIN_KILL_GRACE_SECONDS") or d.kill_grace_seconds),
+            kill_grace_seconds=float(
+                env.get("LAKETRAIN_KILL_GRACE_SECONDS") or d.kill_grace_seconds
+            ),
         )
 
 
@@ -169,7 +172,9 @@ def run_local(
     Leaving by an exception (a timeout) also stops it.
     """
     emit = emit or (lambda line: log.info("%s", line))
-    trainer = LocalTrainer(env, python=python, cwd=cwd, grace_seconds=grace_seconds, command=command)
+    trainer = LocalTrainer(
+        env, python=python, cwd=cwd, grace_seconds=grace_seconds, command=command
+    )
     previous = None
     in_main = threading.current_thread() is threading.main_thread()
 
@@ -223,7 +228,11 @@ def _die_with_parent() -> None:
 
 def _container_env(env: TrainerEnv, checkpoint_url: str) -> dict[str, str]:
     """The public env with host paths replaced by the container's mount points."""
-    public = {k: v for k, v in env.public.items() if k not in ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")}
+    public = {
+        k: v
+        for k, v in env.public.items()
+        if k not in ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+    }
     public["DATA_ROOT"] = CONTAINER_DATA_ROOT
     if checkpoint_url.startswith("file://"):
         public["CHECKPOINT_URL"] = f"file://{CONTAINER_CHECKPOINTS}"
@@ -249,10 +258,17 @@ def docker_kwargs(
     secrets in ``private_environment`` (not rendered, not logged)."""
     from docker.types import DeviceRequest, Mount
 
-    mounts = [Mount(target=CONTAINER_DATA_ROOT, source=str(host_data_root), type="bind", read_only=True)]
+    mounts = [
+        Mount(target=CONTAINER_DATA_ROOT, source=str(host_data_root), type="bind", read_only=True)
+    ]
     if checkpoint_url.startswith("file://"):
         mounts.append(
-            Mount(target=CONTAINER_CHECKPOINTS, source=_file_url_path(checkpoint_url), type="bind", read_only=False)
+            Mount(
+                target=CONTAINER_CHECKPOINTS,
+                source=_file_url_path(checkpoint_url),
+                type="bind",
+                read_only=False,
+            )
         )
     kwargs: dict[str, Any] = {
         "task_id": task_id,
@@ -266,7 +282,9 @@ def docker_kwargs(
         "environment": _container_env(env, checkpoint_url),
         "private_environment": dict(env.secret),
         "mounts": mounts,
-        "device_requests": [DeviceRequest(count=gpus, capabilities=[["gpu"]])] if gpus != 0 else None,
+        "device_requests": [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
+        if gpus != 0
+        else None,
         "auto_remove": "success",
         "mount_tmp_dir": False,
         "shm_size": 2 * 1024**3,  # DataLoader workers share batches through /dev/shm
@@ -309,7 +327,9 @@ def kubernetes_kwargs(
         # A pod cannot ask for "all GPUs": -1 (all, for Docker) becomes one whole GPU here.
         count = str(gpus if gpus > 0 else 1)
         resources = k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": count})
-        tolerations = [k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+        tolerations = [
+            k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+        ]
     label_run = _k8s_label(run_id)
     return {
         "task_id": task_id,
@@ -319,7 +339,9 @@ def kubernetes_kwargs(
         "cmds": list(TRAINER_COMMAND),
         "env_vars": [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(public.items())],
         "env_from": [
-            k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=config.k8s_aws_secret, optional=True))
+            k8s.V1EnvFromSource(
+                secret_ref=k8s.V1SecretEnvSource(name=config.k8s_aws_secret, optional=True)
+            )
         ],
         "container_resources": resources,
         "tolerations": tolerations,
@@ -331,7 +353,9 @@ def kubernetes_kwargs(
                 ),
             )
         ],
-        "volume_mounts": [k8s.V1VolumeMount(name="data", mount_path=CONTAINER_DATA_ROOT, read_only=True)],
+        "volume_mounts": [
+            k8s.V1VolumeMount(name="data", mount_path=CONTAINER_DATA_ROOT, read_only=True)
+        ],
         "labels": {"app": "laketrain-trainer", "laketrain/run-id": label_run},
         "in_cluster": config.k8s_in_cluster,
         "config_file": config.k8s_config_file,

@@ -48,7 +48,11 @@ def records_of(body: str) -> list[dict[str, Any]]:
         data = json.loads(body)
     except ValueError:
         return []
-    if isinstance(data, dict) and isinstance(data.get("Message"), str) and data.get("Type") == "Notification":
+    if (
+        isinstance(data, dict)
+        and isinstance(data.get("Message"), str)
+        and data.get("Type") == "Notification"
+    ):
         return records_of(data["Message"])
     if not isinstance(data, dict):
         return []
@@ -65,16 +69,24 @@ def datasets_from_messages(bodies: list[str], lake_prefix: str) -> dict[str, int
     for body in bodies:
         for rec in records_of(body):
             name = str(rec.get("eventName", ""))
-            if not name.startswith(("ObjectCreated", "ObjectRemoved", "s3:ObjectCreated", "s3:ObjectRemoved")):
+            if not name.startswith(
+                ("ObjectCreated", "ObjectRemoved", "s3:ObjectCreated", "s3:ObjectRemoved")
+            ):
                 continue
             s3 = rec.get("s3") or {}
             if (s3.get("bucket") or {}).get("name") != bucket:
                 continue
-            key = unquote_plus(str((s3.get("object") or {}).get("key", "")))  # keys arrive URL-encoded
+            key = unquote_plus(
+                str((s3.get("object") or {}).get("key", ""))
+            )  # keys arrive URL-encoded
             if not key.startswith(prefix):
                 continue
-            parts = key[len(prefix):].split("/")
-            if len(parts) < 2 or any(p.startswith(".") for p in parts) or parts[-1].endswith(IGNORED_SUFFIXES):
+            parts = key[len(prefix) :].split("/")
+            if (
+                len(parts) < 2
+                or any(p.startswith(".") for p in parts)
+                or parts[-1].endswith(IGNORED_SUFFIXES)
+            ):
                 continue
             out[parts[0]] = out.get(parts[0], 0) + 1
     return out

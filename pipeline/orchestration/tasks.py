@@ -106,7 +106,11 @@ def process_shard(shard: Mapping[str, Any]) -> dict[str, Any]:
     ref = build.process(build.Shard.from_dict(dict(shard)))
     log.info(
         "shard of %s: segment %s, %d rows, %d decoded, %d invalid%s",
-        ref.dataset, ref.segment_id[:12], ref.n_rows, ref.decoded, ref.invalid,
+        ref.dataset,
+        ref.segment_id[:12],
+        ref.n_rows,
+        ref.decoded,
+        ref.invalid,
         " (reused)" if ref.reused else "",
     )
     return ref.to_dict()
@@ -117,13 +121,19 @@ def commit_dataset(dataset: str, segments: list[Mapping[str, Any]] | None) -> di
     changed. ``segments`` are every processed shard of this run (all datasets)."""
     from pipeline.datasets import build
 
-    mine = [build.SegmentRef.from_dict(dict(s)) for s in segments or () if s and s.get("dataset") == dataset]
+    mine = [
+        build.SegmentRef.from_dict(dict(s))
+        for s in segments or ()
+        if s and s.get("dataset") == dataset
+    ]
     version = build.commit(dataset, mine)
     if version is None:
         log.info("dataset %s: nothing changed, no new version", dataset)
         return None
     extra = version_event_extra(version.to_dict())
-    log.info("dataset %s: committed version %s (%s)", dataset, version.version_id, json.dumps(extra))
+    log.info(
+        "dataset %s: committed version %s (%s)", dataset, version.version_id, json.dumps(extra)
+    )
     if version.invalid:
         log.warning("dataset %s: %d file(s) left out as invalid", dataset, version.invalid)
     return extra
@@ -164,7 +174,9 @@ def choose_params(params: Mapping[str, Any], events: list[Mapping[str, Any]] | N
         from pipeline.datasets.recipes import load_recipe
 
         if not load_recipe(dataset).auto_train:
-            raise SkipRun(f"recipe of {dataset!r} does not set auto_train: not training on its new version")
+            raise SkipRun(
+                f"recipe of {dataset!r} does not set auto_train: not training on its new version"
+            )
         merged["dataset"] = dataset
         merged["dataset_version"] = extra["version_id"]
     try:
@@ -183,7 +195,11 @@ def resolve_version(params: TrainParams) -> dict[str, Any]:
         row = resolve(params.dataset_version, dataset=params.dataset)
     except VersionNotFound as exc:
         known = [v["tag"] for v in list_versions(params.dataset, limit=5)]
-        hint = f"; latest versions: {', '.join(known)}" if known else "; it has no committed version yet"
+        hint = (
+            f"; latest versions: {', '.join(known)}"
+            if known
+            else "; it has no committed version yet"
+        )
         raise RunRefused(f"dataset_version: {exc}{hint}") from None
     return {"dataset": row["dataset"], "version_id": row["version_id"], "tag": row["tag"]}
 
@@ -200,7 +216,12 @@ def leakage_check(dataset: str, version_id: str) -> int:
             f"leakage: {len(leaked)} sample md5(s) are in both train and val of {dataset} "
             f"{version_id[:12]} (first: {', '.join(leaked[:5])}); refusing to train"
         )
-    log.info("leakage check: %s %s: train and val share no sample (%d samples)", dataset, version_id[:12], len(reader))
+    log.info(
+        "leakage check: %s %s: train and val share no sample (%d samples)",
+        dataset,
+        version_id[:12],
+        len(reader),
+    )
     return len(reader)
 
 
@@ -222,7 +243,9 @@ def record_started(
     return {"run_id": run_id, "attempts": row.get("attempts")}
 
 
-def trainer_env(params: TrainParams, *, run_id: str, version_id: str, aws_conn_id: str = "aws_default"):
+def trainer_env(
+    params: TrainParams, *, run_id: str, version_id: str, aws_conn_id: str = "aws_default"
+):
     """The full trainer environment (secret part included) for this run. Never return it from
     a task."""
     from pipeline.orchestration.env_contract import aws_credentials, basic_vars, build_trainer_env
@@ -252,19 +275,26 @@ def launch(params: TrainParams, *, run_id: str, version_id: str, context: Any = 
     s = get_settings()
     log.info(
         "launching %s trainer: run %s on %s %s (env: %s; %d secret variable(s) not shown)",
-        params.launcher, run_id, params.dataset, version_id[:12],
-        ", ".join(sorted(env.public)), len(env.secret),
+        params.launcher,
+        run_id,
+        params.dataset,
+        version_id[:12],
+        ", ".join(sorted(env.public)),
+        len(env.secret),
     )
     if params.launcher == "local":
         return launchers.run_local(env, emit=_emit, grace_seconds=cfg.kill_grace_seconds)
     if params.launcher == "docker":
         op = launchers.docker_operator(
             **launchers.docker_kwargs(
-                env, run_id=run_id, gpus=params.gpus,
+                env,
+                run_id=run_id,
+                gpus=params.gpus,
                 # The daemon resolves a bind mount on ITS host: with Airflow in a container,
                 # LAKETRAIN_HOST_DATA_ROOT names the host path of DATA_ROOT.
                 host_data_root=cfg.host_data_root or str(s.data_root),
-                checkpoint_url=s.checkpoint_url, config=cfg,
+                checkpoint_url=s.checkpoint_url,
+                config=cfg,
             )
         )
     else:
@@ -338,8 +368,14 @@ def record_finished(run_id: str, *, launch_failed: str | None) -> dict[str, Any]
         checkpoint_url=result.get("checkpoint_url"),
         error=launch_failed,
     )
-    log.info("run %s finished: %s, %s=%s, checkpoint %s", run_id, status,
-             row.get("metric_name"), row.get("best_metric"), row.get("checkpoint_url"))
+    log.info(
+        "run %s finished: %s, %s=%s, checkpoint %s",
+        run_id,
+        status,
+        row.get("metric_name"),
+        row.get("best_metric"),
+        row.get("checkpoint_url"),
+    )
     return {
         "run_id": run_id,
         "status": status,

@@ -55,7 +55,9 @@ def lake_fingerprints(
     for entry in walk_lake(Path(lake), settle_seconds=settle_seconds):
         if isinstance(entry, Candidate):
             k = entry.key
-            entries.append((entry.path, f"{entry.path}\0{k.size}\0{k.mtime_ns}\0{k.ctime_ns}\0{k.inode}"))
+            entries.append(
+                (entry.path, f"{entry.path}\0{k.size}\0{k.mtime_ns}\0{k.ctime_ns}\0{k.inode}")
+            )
         elif isinstance(entry, Settling):
             settling.add(entry.path.split("/", 1)[0])
         elif isinstance(entry, Refused) and "/" in entry.path:
@@ -144,7 +146,11 @@ class LakeTrigger(BaseEventTrigger):
             state = self._memory_state.get(STATE_KEY)
         else:
             state = await self.asset_state_store.aget(STATE_KEY, None)
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or state.get("lake") != self.lake:
+        if (
+            not isinstance(state, dict)
+            or state.get("format") != STATE_FORMAT
+            or state.get("lake") != self.lake
+        ):
             # No state (first start) or another lake: every dataset counts as changed, which
             # is a harmless extra ingest (the ledger knows what is really new).
             return {}
@@ -204,7 +210,12 @@ class LakeTrigger(BaseEventTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        self.log.info("watching lake %s every %.1fs (settle %.1fs)", self.lake, self.poll_seconds, self.settle_seconds)
+        self.log.info(
+            "watching lake %s every %.1fs (settle %.1fs)",
+            self.lake,
+            self.poll_seconds,
+            self.settle_seconds,
+        )
         while True:
             try:
                 event = await self.poll_once()
@@ -249,7 +260,9 @@ class SqsLakeTrigger(BaseEventTrigger):
         if not lake_prefix.startswith("s3://"):
             raise ValueError(f"lake_prefix must be s3://bucket/prefix, got {lake_prefix!r}")
         if not 0 <= wait_time_seconds <= 20:
-            raise ValueError(f"wait_time_seconds must be 0..20 (SQS long poll), got {wait_time_seconds}")
+            raise ValueError(
+                f"wait_time_seconds must be 0..20 (SQS long poll), got {wait_time_seconds}"
+            )
         if not 1 <= max_messages <= 10:
             raise ValueError(f"max_messages must be 1..10, got {max_messages}")
         self.queue_url = queue_url
@@ -301,7 +314,9 @@ class SqsLakeTrigger(BaseEventTrigger):
             VisibilityTimeout=self.visibility_timeout,
         )
         messages = resp.get("Messages", [])
-        receipts = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+        receipts = [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+        ]
         changes = datasets_from_messages([m.get("Body", "") for m in messages], self.lake_prefix)
         if not changes:
             return None, receipts  # test events, other prefixes, ignored names: just consume

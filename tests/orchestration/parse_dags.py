@@ -45,7 +45,11 @@ def walk(cond):
 
 path = sys.argv[1]
 t0 = time.perf_counter()
-bag = DagBag(dag_folder=path, bundle_path=None) if "bundle_path" in DagBag.__init__.__code__.co_varnames else DagBag(dag_folder=path)
+bag = (
+    DagBag(dag_folder=path, bundle_path=None)
+    if "bundle_path" in DagBag.__init__.__code__.co_varnames
+    else DagBag(dag_folder=path)
+)
 seconds = time.perf_counter() - t0
 dags = {}
 for dag_id, dag in bag.dags.items():
@@ -67,9 +71,15 @@ for dag_id, dag in bag.dags.items():
             for w in asset.watchers:
                 info["watchers"].append({"name": w.name, "trigger": w.trigger.serialize()})
     dags[dag_id] = info
-print("RESULT " + json.dumps({
-    "import_errors": {k: str(v) for k, v in bag.import_errors.items()},
-    "seconds": seconds,
-    "attempts": attempts,
-    "dags": dags,
-}, default=str))
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "import_errors": {k: str(v) for k, v in bag.import_errors.items()},
+            "seconds": seconds,
+            "attempts": attempts,
+            "dags": dags,
+        },
+        default=str,
+    )
+)

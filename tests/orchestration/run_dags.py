@@ -15,12 +15,14 @@ from pathlib import Path
 spec = json.loads(sys.argv[1])
 home = Path(spec["home"])
 REPO = Path(__file__).resolve().parents[2]
-os.environ.update({
-    "AIRFLOW_HOME": str(home / "airflow"),
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-})
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(home / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+    }
+)
 
 from airflow.utils import db  # noqa: E402
 
@@ -45,15 +47,28 @@ for dag_id, conf, label in spec["runs"]:
     except Exception as exc:  # e.g. ParamValidationError for a bad conf
         states, state, run_id, error = {}, None, None, f"{type(exc).__name__}: {exc}"
     with create_session() as session:
-        events = [
-            {"uri": uri, "extra": extra}
-            for uri, extra in session.execute(
-                select(AssetModel.uri, AssetEvent.extra)
-                .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
-                .where(AssetEvent.source_run_id == run_id)
-                .order_by(AssetEvent.id)
-            )
-        ] if run_id else []
-    results["runs"].append({"label": label, "state": state, "run_id": run_id, "tasks": states,
-                            "events": events, "error": error, "log": buf.getvalue()})
+        events = (
+            [
+                {"uri": uri, "extra": extra}
+                for uri, extra in session.execute(
+                    select(AssetModel.uri, AssetEvent.extra)
+                    .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+                    .where(AssetEvent.source_run_id == run_id)
+                    .order_by(AssetEvent.id)
+                )
+            ]
+            if run_id
+            else []
+        )
+    results["runs"].append(
+        {
+            "label": label,
+            "state": state,
+            "run_id": run_id,
+            "tasks": states,
+            "events": events,
+            "error": error,
+            "log": buf.getvalue(),
+        }
+    )
 print("RESULT " + json.dumps(results, default=str))

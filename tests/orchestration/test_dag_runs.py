@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FAST_TRAIN = {"dataset": "digits", "epochs": 1, "batch_size": 16, "model": "mlp", "gpus": 0, "seed": 1}
+FAST_TRAIN = {
+    "dataset": "digits",
+    "epochs": 1,
+    "batch_size": 16,
+    "model": "mlp",
+    "gpus": 0,
+    "seed": 1,
+}
 
 
 def write_digits_subset(lake: Path, per_class: int) -> int:
@@ -58,13 +65,21 @@ def dag_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
             ["lake_ingest", None, "ingest"],
             ["lake_ingest", None, "ingest-again"],
             ["train", FAST_TRAIN, "train"],
-            ["train", {**FAST_TRAIN, "dataset_version": "digits_v19990101_deadbeef"}, "train-missing-version"],
+            [
+                "train",
+                {**FAST_TRAIN, "dataset_version": "digits_v19990101_deadbeef"},
+                "train-missing-version",
+            ],
             ["train", {**FAST_TRAIN, "epochs": 0}, "train-bad-conf"],
         ],
     }
     out = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("run_dags.py")), json.dumps(spec)],
-        env=env, capture_output=True, text=True, timeout=900, cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=home,
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, (out.stdout[-3000:], out.stderr[-5000:])
@@ -79,13 +94,22 @@ def store_env(dag_runs: dict, monkeypatch: pytest.MonkeyPatch):
     from pipeline.metadata.store import open_store
     from pipeline.settings import get_settings
 
-    for key in ("METADATA_DB_URL", "DATA_ROOT", "LAKE_DIR", "CHECKPOINT_URL", "LAKETRAIN_HOME", "RECIPES_DIR"):
+    for key in (
+        "METADATA_DB_URL",
+        "DATA_ROOT",
+        "LAKE_DIR",
+        "CHECKPOINT_URL",
+        "LAKETRAIN_HOME",
+        "RECIPES_DIR",
+    ):
         monkeypatch.setenv(key, dag_runs["env"][key])
     get_settings.cache_clear()
     return open_store(dag_runs["env"]["METADATA_DB_URL"])
 
 
-def test_ingest_builds_a_version_and_announces_it(dag_runs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ingest_builds_a_version_and_announces_it(
+    dag_runs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert dag_runs["import_errors"] == {}
     run = dag_runs["by_label"]["ingest"]
     assert run["state"] == "success", run["tasks"]
@@ -94,7 +118,12 @@ def test_ingest_builds_a_version_and_announces_it(dag_runs: dict, monkeypatch: p
     assert [e["uri"] for e in events] == ["laketrain://datasets/digits"]
     extra = events[0]["extra"]
     assert set(extra) >= {"dataset", "version_id", "tag", "samples", "added", "removed"}
-    assert (extra["dataset"], extra["samples"], extra["added"], extra["removed"]) == ("digits", dag_runs["files"], dag_runs["files"], 0)
+    assert (extra["dataset"], extra["samples"], extra["added"], extra["removed"]) == (
+        "digits",
+        dag_runs["files"],
+        dag_runs["files"],
+        0,
+    )
     store = store_env(dag_runs, monkeypatch)
     from pipeline.datasets.queries import list_versions
 
@@ -115,7 +144,9 @@ def test_a_second_ingest_with_no_change_publishes_nothing(dag_runs: dict) -> Non
     assert not any(k.startswith("process[") and v == "success" for k, v in run["tasks"].items())
 
 
-def test_train_runs_the_trainer_and_records_lineage(dag_runs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_train_runs_the_trainer_and_records_lineage(
+    dag_runs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = dag_runs["by_label"]["train"]
     assert run["state"] == "success", (run["tasks"], run["log"][-3000:])
     version_id = dag_runs["by_label"]["ingest"]["events"][0]["extra"]["version_id"]
@@ -127,9 +158,16 @@ def test_train_runs_the_trainer_and_records_lineage(dag_runs: dict, monkeypatch:
     assert len(runs) == 1
     row = runs[0]
     assert row["run_id"] == sanitize_run_id("train", run["run_id"])
-    assert (row["status"], row["dag_id"], row["dag_run_id"], row["launcher"]) == ("succeeded", "train", run["run_id"], "local")
+    assert (row["status"], row["dag_id"], row["dag_run_id"], row["launcher"]) == (
+        "succeeded",
+        "train",
+        run["run_id"],
+        "local",
+    )
     assert row["params"]["epochs"] == 1 and row["params"]["model"] == "mlp"
-    assert row["checkpoint_url"].startswith(dag_runs["env"]["CHECKPOINT_URL"] + "/" + row["run_id"] + "/")
+    assert row["checkpoint_url"].startswith(
+        dag_runs["env"]["CHECKPOINT_URL"] + "/" + row["run_id"] + "/"
+    )
     result = Path(dag_runs["env"]["DATA_ROOT"]).parent / "objects" / row["run_id"] / "result.json"
     assert json.loads(result.read_text())["status"] == "succeeded"
     models = [e for e in run["events"] if e["uri"] == "laketrain://models/digits"]
@@ -148,4 +186,6 @@ def test_train_on_a_missing_version_fails_clearly(dag_runs: dict) -> None:
 
 def test_train_refuses_a_bad_conf_before_running(dag_runs: dict) -> None:
     run = dag_runs["by_label"]["train-bad-conf"]
-    assert run["state"] is None and "ParamValidationError" in run["error"] and "epochs" in run["error"]
+    assert (
+        run["state"] is None and "ParamValidationError" in run["error"] and "epochs" in run["error"]
+    )

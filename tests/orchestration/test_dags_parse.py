@@ -33,7 +33,11 @@ def parse(path: Path, tmp_path: Path, **env: str) -> dict:
     }
     out = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("parse_dags.py")), str(path)],
-        env=run_env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert out.returncode == 0 and lines, out.stderr[-3000:]
@@ -54,24 +58,48 @@ def test_dag_file_parses_without_db_or_network(path: Path, tmp_path: Path) -> No
 
 
 def test_lake_ingest_is_watched_and_reconciled(tmp_path: Path) -> None:
-    dag = parse(REPO / "dags" / "lake_ingest.py", tmp_path, LAKE_DIR=str(tmp_path / "lake"),
-                SETTLE_SECONDS="3", LAKETRAIN_POLL_SECONDS="1.5")["dags"]["lake_ingest"]
+    dag = parse(
+        REPO / "dags" / "lake_ingest.py",
+        tmp_path,
+        LAKE_DIR=str(tmp_path / "lake"),
+        SETTLE_SECONDS="3",
+        LAKETRAIN_POLL_SECONDS="1.5",
+    )["dags"]["lake_ingest"]
     assert dag["timetable"] == "AssetOrTimeSchedule"  # the watcher, or hourly as a reconcile
     assert dag["max_active_runs"] == 1
     assert dag["tasks"] == ["commit", "plan", "process", "scan"]
     assert [a.rstrip("/") for a in dag["assets"]] == ["laketrain://lake"]
-    assert dag["watchers"] == [{
-        "name": "lake_watcher",
-        "trigger": ["pipeline.orchestration.trigger.LakeTrigger",
-                    {"lake": str(tmp_path / "lake"), "poll_seconds": 1.5, "settle_seconds": 3.0,
-                     "max_defer_seconds": 30.0}],
-    }]
+    assert dag["watchers"] == [
+        {
+            "name": "lake_watcher",
+            "trigger": [
+                "pipeline.orchestration.trigger.LakeTrigger",
+                {
+                    "lake": str(tmp_path / "lake"),
+                    "poll_seconds": 1.5,
+                    "settle_seconds": 3.0,
+                    "max_defer_seconds": 30.0,
+                },
+            ],
+        }
+    ]
 
 
 def test_train_form_has_every_field_documented(tmp_path: Path) -> None:
     dag = parse(REPO / "dags" / "train.py", tmp_path)["dags"]["train"]
-    expected = ["dataset", "dataset_version", "epochs", "batch_size", "lr", "amp",
-                "grad_checkpointing", "model", "seed", "launcher", "gpus"]
+    expected = [
+        "dataset",
+        "dataset_version",
+        "epochs",
+        "batch_size",
+        "lr",
+        "amp",
+        "grad_checkpointing",
+        "model",
+        "seed",
+        "launcher",
+        "gpus",
+    ]
     assert sorted(dag["params"]) == sorted(expected)
     for name, schema in dag["params"].items():
         assert schema.get("title"), name

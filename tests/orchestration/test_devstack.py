@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_airflow_env_is_loopback_local_and_sized(tmp_path: Path) -> None:
-    cfg = StackConfig(home=tmp_path / "af", port=18123, parallelism=3, extra_env={"SETTLE_SECONDS": "7"})
+    cfg = StackConfig(
+        home=tmp_path / "af", port=18123, parallelism=3, extra_env={"SETTLE_SECONDS": "7"}
+    )
     env = airflow_env(cfg, base={"PATH": "/usr/bin", "PYTHONPATH": "/elsewhere"})
     assert env["AIRFLOW_HOME"] == str(tmp_path / "af")
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(REPO / "dags")
@@ -38,7 +40,9 @@ def test_airflow_env_is_loopback_local_and_sized(tmp_path: Path) -> None:
     assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
     assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
     assert env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] == "10"
-    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"sqlite:///{tmp_path / 'af' / 'airflow.db'}"
+    assert (
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"sqlite:///{tmp_path / 'af' / 'airflow.db'}"
+    )
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:18123/execution/"
     assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
     assert env["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]
@@ -81,7 +85,15 @@ def test_free_port_prefers_the_asked_one_unless_taken() -> None:
 
 def test_components_listen_only_where_told(tmp_path: Path) -> None:
     cfg = StackConfig(home=tmp_path, port=18080)
-    assert devstack.component_argv("api-server", cfg)[1:] == ["api-server", "--host", "127.0.0.1", "--port", "18080", "--workers", "1"]
+    assert devstack.component_argv("api-server", cfg)[1:] == [
+        "api-server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "18080",
+        "--workers",
+        "1",
+    ]
     assert devstack.component_argv("scheduler", cfg)[1:] == ["scheduler", "--skip-serve-logs"]
     assert devstack.component_argv("triggerer", cfg)[1:] == ["triggerer", "--skip-serve-logs"]
     assert devstack.component_argv("dag-processor", cfg)[1:] == ["dag-processor"]
@@ -103,8 +115,12 @@ time.sleep(600)
 
 
 def start_group(mode: str, marker: Path | None = None) -> tuple[subprocess.Popen, int]:
-    p = subprocess.Popen([sys.executable, "-c", STUBBORN, mode, str(marker)], stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", STUBBORN, mode, str(marker)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     child = int(p.stdout.readline())
     return p, child
 
@@ -120,8 +136,13 @@ def test_stop_groups_terminates_then_kills_whole_groups(tmp_path: Path) -> None:
     polite, polite_child = start_group("polite", tmp_path / "polite-got-term")
     stubborn, stubborn_child = start_group("ignore")
     t0 = time.monotonic()
-    stop_groups([(polite.pid, psutil.Process(polite.pid).create_time()),
-                 (stubborn.pid, psutil.Process(stubborn.pid).create_time())], grace_seconds=1.0)
+    stop_groups(
+        [
+            (polite.pid, psutil.Process(polite.pid).create_time()),
+            (stubborn.pid, psutil.Process(stubborn.pid).create_time()),
+        ],
+        grace_seconds=1.0,
+    )
     assert (tmp_path / "polite-got-term").read_text() == "TERM"  # asked first
     # the stubborn leader and both children ignore SIGTERM: only SIGKILL ends them, and the
     # whole group goes, not only its leader
@@ -141,6 +162,12 @@ def test_stop_groups_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
 
 def test_stop_without_a_running_stack_says_so(tmp_path: Path) -> None:
     env = {**os.environ, "LAKETRAIN_DEVSTACK_HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "pipeline.orchestration.devstack", "stop"], env=env,
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline.orchestration.devstack", "stop"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert out.returncode == 0 and "not running" in out.stdout

@@ -38,7 +38,14 @@ TIMEOUT = 240.0
 
 class Stack:
     def __init__(self, stack, home: Path, lake: Path, s3, bucket: str, db_url: str) -> None:
-        self.stack, self.home, self.lake, self.s3, self.bucket, self.db_url = stack, home, lake, s3, bucket, db_url
+        self.stack, self.home, self.lake, self.s3, self.bucket, self.db_url = (
+            stack,
+            home,
+            lake,
+            s3,
+            bucket,
+            db_url,
+        )
 
     @property
     def api(self):
@@ -50,12 +57,16 @@ class Stack:
             out.append(f"==== {f}\n" + f.read_text(errors="replace")[-2500:])
         return "\n".join(out)
 
-    def wait_run(self, dag_id: str, pred: Callable[[dict], bool], what: str, timeout: float = TIMEOUT) -> dict:
+    def wait_run(
+        self, dag_id: str, pred: Callable[[dict], bool], what: str, timeout: float = TIMEOUT
+    ) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for run in self.api.dag_runs(dag_id, limit=50):
                 if pred(run) and run["state"] in ("success", "failed"):
-                    assert run["state"] == "success", f"{dag_id} {run['dag_run_id']} failed\n{self.logs_tail()}"
+                    assert run["state"] == "success", (
+                        f"{dag_id} {run['dag_run_id']} failed\n{self.logs_tail()}"
+                    )
                     return run
             time.sleep(1.0)
         pytest.fail(f"timed out waiting for {what}\n{self.logs_tail()}")
@@ -81,12 +92,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     db_url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     moto = start_moto()
     bucket = "lt-e2e"
-    aws = {"AWS_ENDPOINT_URL": moto.endpoint, "AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY_ID,
-           "AWS_SECRET_ACCESS_KEY": TEST_SECRET_ACCESS_KEY, "AWS_DEFAULT_REGION": TEST_REGION,
-           "AWS_CONFIG_FILE": str(home / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(home / "none"),
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    s3 = boto3.session.Session().client("s3", endpoint_url=moto.endpoint, aws_access_key_id=TEST_ACCESS_KEY_ID,
-                                        aws_secret_access_key=TEST_SECRET_ACCESS_KEY, region_name=TEST_REGION)
+    aws = {
+        "AWS_ENDPOINT_URL": moto.endpoint,
+        "AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": TEST_SECRET_ACCESS_KEY,
+        "AWS_DEFAULT_REGION": TEST_REGION,
+        "AWS_CONFIG_FILE": str(home / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(home / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    s3 = boto3.session.Session().client(
+        "s3",
+        endpoint_url=moto.endpoint,
+        aws_access_key_id=TEST_ACCESS_KEY_ID,
+        aws_secret_access_key=TEST_SECRET_ACCESS_KEY,
+        region_name=TEST_REGION,
+    )
     s3.create_bucket(Bucket=bucket)
     lake = home / "lake"
     lake.mkdir()
@@ -160,14 +181,23 @@ def test_2_dropped_images_become_a_version_then_a_trained_model(stack: Stack, st
 
     staging = stack.home / "staging"
     count = write_digits_subset(staging, per_class=8)
-    drop_files(stack.lake, {str(p.relative_to(staging)): p.read_bytes() for p in staging.rglob("*.png")})
+    drop_files(
+        stack.lake, {str(p.relative_to(staging)): p.read_bytes() for p in staging.rglob("*.png")}
+    )
     ingest = stack.wait_run("lake_ingest", asset_run, "the watcher to fire and ingest to succeed")
     versions = list_versions("digits", store=store)
     assert len(versions) == 1 and versions[0]["samples"] == count
-    train = stack.wait_run("train", asset_run, "the auto_train run on the new version", timeout=TIMEOUT + 120)
+    train = stack.wait_run(
+        "train", asset_run, "the auto_train run on the new version", timeout=TIMEOUT + 120
+    )
     run = get_run(sanitize_run_id("train", train["dag_run_id"]), store=store)
     assert run["version_id"] == versions[0]["version_id"] and run["status"] == "succeeded"
-    keys = [o["Key"] for o in stack.s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"ckpt/{run['run_id']}/").get("Contents", [])]
+    keys = [
+        o["Key"]
+        for o in stack.s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"ckpt/{run['run_id']}/").get(
+            "Contents", []
+        )
+    ]
     assert f"ckpt/{run['run_id']}/result.json" in keys
     assert any("/step-" in k for k in keys), keys
     assert run["checkpoint_url"].startswith(f"s3://{stack.bucket}/ckpt/{run['run_id']}/step-")
@@ -198,7 +228,10 @@ def test_3_a_burst_in_three_waves_loses_nothing(stack: Stack, store) -> None:
 
     for wave in waves:
         for rel in wave:
-            assert any(v["version_id"] == latest["version_id"] for v in versions_containing(rel, store=store)), rel
+            assert any(
+                v["version_id"] == latest["version_id"]
+                for v in versions_containing(rel, store=store)
+            ), rel
 
 
 def _png(seed: int) -> bytes:
@@ -221,13 +254,30 @@ def test_4_rest_trigger_pins_the_first_version_and_records_lineage(stack: Stack,
     versions = list_versions("digits", store=store)
     assert len(versions) >= 2
     first = versions[-1]
-    conf = {"dataset": "digits", "dataset_version": first["tag"], "epochs": 1, "batch_size": 16,
-            "model": "mlp", "seed": 3, "launcher": "local", "gpus": 0}
+    conf = {
+        "dataset": "digits",
+        "dataset_version": first["tag"],
+        "epochs": 1,
+        "batch_size": 16,
+        "model": "mlp",
+        "seed": 3,
+        "launcher": "local",
+        "gpus": 0,
+    }
     status, body = stack.api.trigger("train", conf)
     assert status == 200, body
     dag_run_id = body["dag_run_id"]
-    stack.wait_run("train", lambda r: r["dag_run_id"] == dag_run_id, "the REST-triggered run", timeout=TIMEOUT + 240)
-    runs = [r for r in runs_for_version(first["version_id"], store=store) if r["dag_run_id"] == dag_run_id]
+    stack.wait_run(
+        "train",
+        lambda r: r["dag_run_id"] == dag_run_id,
+        "the REST-triggered run",
+        timeout=TIMEOUT + 240,
+    )
+    runs = [
+        r
+        for r in runs_for_version(first["version_id"], store=store)
+        if r["dag_run_id"] == dag_run_id
+    ]
     assert len(runs) == 1
     run = runs[0]
     assert run["run_id"] == sanitize_run_id("train", dag_run_id)
@@ -235,7 +285,9 @@ def test_4_rest_trigger_pins_the_first_version_and_records_lineage(stack: Stack,
     assert run["checkpoint_url"].startswith(f"s3://{stack.bucket}/ckpt/{run['run_id']}/")
 
 
-@pytest.mark.parametrize("bad", [{"epochs": 0}, {"launcher": "slurm"}, {"dataset": "no-such-dataset"}, {"lr": "fast"}])
+@pytest.mark.parametrize(
+    "bad", [{"epochs": 0}, {"launcher": "slurm"}, {"dataset": "no-such-dataset"}, {"lr": "fast"}]
+)
 def test_5_a_bad_conf_is_refused_with_400(stack: Stack, bad: dict) -> None:
     status, body = stack.api.trigger("train", {"dataset": "digits", **bad})
     assert status == 400, body
@@ -251,7 +303,9 @@ def test_6_the_s3_secret_is_in_no_log_and_no_xcom(stack: Stack) -> None:
             assert TEST_SECRET_ACCESS_KEY.encode() not in f.read_bytes(), f
     with sqlite3.connect(home / "airflow.db") as db:
         for (value,) in db.execute("SELECT value FROM xcom"):
-            assert TEST_SECRET_ACCESS_KEY.encode() not in (value if isinstance(value, bytes) else str(value).encode())
+            assert TEST_SECRET_ACCESS_KEY.encode() not in (
+                value if isinstance(value, bytes) else str(value).encode()
+            )
         for (fields,) in db.execute("SELECT rendered_fields FROM rendered_task_instance_fields"):
             assert TEST_SECRET_ACCESS_KEY not in str(fields)
 
@@ -260,7 +314,9 @@ def test_7_a_triggerer_restart_neither_misses_nor_refires(stack: Stack, store) -
     from pipeline.datasets.queries import list_versions
 
     def ingest_runs() -> set[str]:
-        return {r["dag_run_id"] for r in stack.api.dag_runs("lake_ingest", limit=100) if asset_run(r)}
+        return {
+            r["dag_run_id"] for r in stack.api.dag_runs("lake_ingest", limit=100) if asset_run(r)
+        }
 
     # let everything from the earlier tests settle: no ingest running or queued
     deadline = time.monotonic() + TIMEOUT

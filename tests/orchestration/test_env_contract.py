@@ -21,17 +21,39 @@ SECRET = "lt-secret-value-DO-NOT-LOG-42"
 
 
 def env_for(**kw):
-    params = TrainParams(dataset="digits", dataset_version="latest", epochs=2, batch_size=32, lr=0.05,
-                         amp="off", grad_checkpointing=True, model="mlp", seed=7, gpus=0)
-    defaults = dict(run_id="train-r1", version_id="abc123", data_root="/srv/data", checkpoint_url="s3://b/ck",
-                    metadata_db_url="postgresql+psycopg://postgres@db/lt", aws=None, basics={"PATH": "/usr/bin"})
+    params = TrainParams(
+        dataset="digits",
+        dataset_version="latest",
+        epochs=2,
+        batch_size=32,
+        lr=0.05,
+        amp="off",
+        grad_checkpointing=True,
+        model="mlp",
+        seed=7,
+        gpus=0,
+    )
+    defaults = dict(
+        run_id="train-r1",
+        version_id="abc123",
+        data_root="/srv/data",
+        checkpoint_url="s3://b/ck",
+        metadata_db_url="postgresql+psycopg://postgres@db/lt",
+        aws=None,
+        basics={"PATH": "/usr/bin"},
+    )
     defaults.update(kw)
     return build_trainer_env(params, **defaults)
 
 
 def test_env_has_exactly_the_contract_variables() -> None:
-    env = env_for(aws={"AWS_ENDPOINT_URL": "http://s3:9000", "AWS_ACCESS_KEY_ID": "AKIA1",
-                       "AWS_SECRET_ACCESS_KEY": SECRET})
+    env = env_for(
+        aws={
+            "AWS_ENDPOINT_URL": "http://s3:9000",
+            "AWS_ACCESS_KEY_ID": "AKIA1",
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+        }
+    )
     assert env.public == {
         "PATH": "/usr/bin",
         "DATASET_NAME": "digits",
@@ -78,15 +100,33 @@ def test_secrets_never_show_in_repr_or_logs(caplog: pytest.LogCaptureFixture) ->
 
 
 def test_gpus_zero_means_cpu_and_other_values_let_the_trainer_choose() -> None:
-    assert TrainParams(dataset="d", dataset_version="latest", gpus=0).train_vars()["TRAIN_DEVICE"] == "cpu"
-    assert TrainParams(dataset="d", dataset_version="latest", gpus=-1).train_vars()["TRAIN_DEVICE"] == "auto"
-    assert TrainParams(dataset="d", dataset_version="latest", gpus=2).train_vars()["TRAIN_DEVICE"] == "auto"
+    assert (
+        TrainParams(dataset="d", dataset_version="latest", gpus=0).train_vars()["TRAIN_DEVICE"]
+        == "cpu"
+    )
+    assert (
+        TrainParams(dataset="d", dataset_version="latest", gpus=-1).train_vars()["TRAIN_DEVICE"]
+        == "auto"
+    )
+    assert (
+        TrainParams(dataset="d", dataset_version="latest", gpus=2).train_vars()["TRAIN_DEVICE"]
+        == "auto"
+    )
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("epochs", 0), ("batch_size", -1), ("lr", 0), ("amp", "fp8"), ("model", "vit"),
-     ("launcher", "slurm"), ("gpus", -2), ("dataset", ""), ("dataset", "a/b")],
+    [
+        ("epochs", 0),
+        ("batch_size", -1),
+        ("lr", 0),
+        ("amp", "fp8"),
+        ("model", "vit"),
+        ("launcher", "slurm"),
+        ("gpus", -2),
+        ("dataset", ""),
+        ("dataset", "a/b"),
+    ],
 )
 def test_bad_params_are_refused_naming_the_field(field: str, value: object) -> None:
     data = {"dataset": "digits", "dataset_version": "latest", field: value}
@@ -95,7 +135,9 @@ def test_bad_params_are_refused_naming_the_field(field: str, value: object) -> N
 
 
 def test_params_from_the_form_are_coerced_and_round_trip() -> None:
-    p = TrainParams.from_mapping({"dataset": "digits", "epochs": "4", "lr": "0.1", "grad_checkpointing": "true"})
+    p = TrainParams.from_mapping(
+        {"dataset": "digits", "epochs": "4", "lr": "0.1", "grad_checkpointing": "true"}
+    )
     assert (p.epochs, p.lr, p.grad_checkpointing, p.dataset_version) == (4, 0.1, True, "latest")
     assert TrainParams.from_mapping(p.to_dict()) == p
     with pytest.raises(ContractError, match="^epochs: expected int"):
@@ -113,15 +155,31 @@ def test_run_id_is_stable_and_safe() -> None:
 
 def test_aws_from_the_environment_when_no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
-    env = {"AWS_ACCESS_KEY_ID": "AKIA2", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": "http://e", "HOME": "/h"}
-    assert aws_credentials(environ=env) == {"AWS_ACCESS_KEY_ID": "AKIA2", "AWS_SECRET_ACCESS_KEY": SECRET,
-                                            "AWS_ENDPOINT_URL": "http://e"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "AKIA2",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_ENDPOINT_URL": "http://e",
+        "HOME": "/h",
+    }
+    assert aws_credentials(environ=env) == {
+        "AWS_ACCESS_KEY_ID": "AKIA2",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_ENDPOINT_URL": "http://e",
+    }
 
 
 def test_aws_from_the_airflow_connection_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    conn = {"conn_type": "aws", "login": "AKIACONN", "password": SECRET,
-            "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}}
+    conn = {
+        "conn_type": "aws",
+        "login": "AKIACONN",
+        "password": SECRET,
+        "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"},
+    }
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
     got = aws_credentials(environ={"AWS_SECRET_ACCESS_KEY": "from-env"})
-    assert got == {"AWS_ACCESS_KEY_ID": "AKIACONN", "AWS_SECRET_ACCESS_KEY": SECRET,
-                   "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_DEFAULT_REGION": "eu-west-1"}
+    assert got == {
+        "AWS_ACCESS_KEY_ID": "AKIACONN",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }

@@ -34,9 +34,17 @@ SECRET = "lt-secret-DO-NOT-LOG-launchers"
 def trainer_env(**extra: str) -> TrainerEnv:
     params = TrainParams(dataset="digits", dataset_version="latest", epochs=2, gpus=2)
     env = build_trainer_env(
-        params, run_id="train-manual__1", version_id="ab" * 32, data_root="/srv/lt/data",
-        checkpoint_url="s3://ckpt/runs", metadata_db_url=f"postgresql+psycopg://lt:{SECRET}@db/lt",
-        aws={"AWS_ENDPOINT_URL": "http://minio:9000", "AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": SECRET},
+        params,
+        run_id="train-manual__1",
+        version_id="ab" * 32,
+        data_root="/srv/lt/data",
+        checkpoint_url="s3://ckpt/runs",
+        metadata_db_url=f"postgresql+psycopg://lt:{SECRET}@db/lt",
+        aws={
+            "AWS_ENDPOINT_URL": "http://minio:9000",
+            "AWS_ACCESS_KEY_ID": "AKIA",
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+        },
         basics={"PATH": os.environ["PATH"], "LANG": "C.UTF-8"},
     )
     env.public.update(extra)
@@ -66,7 +74,11 @@ def test_local_trainer_gets_exactly_the_env_and_its_lines_are_streamed(tmp_path:
 def test_lines_arrive_while_the_trainer_runs(tmp_path: Path) -> None:
     env = trainer_env(FAKE_LINES="2", FAKE_SLEEP="1.0")
     stamps: list[tuple[float, str]] = []
-    run_local(env, emit=lambda line: stamps.append((time.monotonic(), line)), command=[sys.executable, FAKE])
+    run_local(
+        env,
+        emit=lambda line: stamps.append((time.monotonic(), line)),
+        command=[sys.executable, FAKE],
+    )
     first = next(t for t, line in stamps if line == "line 0")
     end = stamps[-1][0]
     # line 0 was forwarded before the trainer slept and printed line 1 (not all at exit)
@@ -75,8 +87,14 @@ def test_lines_arrive_while_the_trainer_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("code", [0, 1, 2, 3, 75])
 def test_exit_code_is_returned(code: int) -> None:
-    assert run_local(trainer_env(FAKE_EXIT=str(code), FAKE_LINES="0"), emit=lambda _: None,
-                     command=[sys.executable, FAKE]) == code
+    assert (
+        run_local(
+            trainer_env(FAKE_EXIT=str(code), FAKE_LINES="0"),
+            emit=lambda _: None,
+            command=[sys.executable, FAKE],
+        )
+        == code
+    )
 
 
 def test_exit_outcome_follows_the_contract() -> None:
@@ -115,7 +133,9 @@ def start_task(tmp_path: Path, grace: float, **extra: str) -> tuple[subprocess.P
     env = trainer_env(FAKE_WAIT="1", FAKE_LINES="1", FAKE_PIDFILE=str(pidfile), **extra)
     task = subprocess.Popen(
         [sys.executable, "-c", TASK, json.dumps(env.public), FAKE, str(grace)],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
     )
     deadline = time.monotonic() + 60
     while not pidfile.exists() or not pidfile.read_text():
@@ -165,8 +185,14 @@ def test_docker_operator_arguments_exactly(tmp_path: Path) -> None:
 
     env = trainer_env()
     cfg = LauncherConfig(trainer_image="registry/lt-trainer:1.2", docker_network="laketrain")
-    kwargs = docker_kwargs(env, run_id="train-manual__1", gpus=2, host_data_root="/host/lt/data",
-                           checkpoint_url="s3://ckpt/runs", config=cfg)
+    kwargs = docker_kwargs(
+        env,
+        run_id="train-manual__1",
+        gpus=2,
+        host_data_root="/host/lt/data",
+        checkpoint_url="s3://ckpt/runs",
+        config=cfg,
+    )
     public = {k: v for k, v in env.public.items() if k not in ("PATH", "LANG")}
     public["DATA_ROOT"] = "/data"
     assert kwargs == {
@@ -177,8 +203,11 @@ def test_docker_operator_arguments_exactly(tmp_path: Path) -> None:
         "container_name": "laketrain-train-manual__1",
         "docker_url": "unix://var/run/docker.sock",
         "environment": public,
-        "private_environment": {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": SECRET,
-                                "METADATA_DB_URL": f"postgresql+psycopg://lt:{SECRET}@db/lt"},
+        "private_environment": {
+            "AWS_ACCESS_KEY_ID": "AKIA",
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "METADATA_DB_URL": f"postgresql+psycopg://lt:{SECRET}@db/lt",
+        },
         "mounts": [Mount(target="/data", source="/host/lt/data", type="bind", read_only=True)],
         "device_requests": [DeviceRequest(count=2, capabilities=[["gpu"]])],
         "auto_remove": "success",
@@ -201,11 +230,17 @@ def test_docker_all_gpus_cpu_only_and_file_checkpoints(tmp_path: Path) -> None:
 
     env = trainer_env()
     cfg = LauncherConfig()
-    every = docker_kwargs(env, run_id="r", gpus=-1, host_data_root="/d", checkpoint_url="s3://c", config=cfg)
+    every = docker_kwargs(
+        env, run_id="r", gpus=-1, host_data_root="/d", checkpoint_url="s3://c", config=cfg
+    )
     assert [(d["Count"], d["Capabilities"]) for d in every["device_requests"]] == [(-1, [["gpu"]])]
-    cpu = docker_kwargs(env, run_id="r", gpus=0, host_data_root="/d", checkpoint_url="file:///srv/ck", config=cfg)
+    cpu = docker_kwargs(
+        env, run_id="r", gpus=0, host_data_root="/d", checkpoint_url="file:///srv/ck", config=cfg
+    )
     assert cpu["device_requests"] is None
-    assert cpu["mounts"][1] == Mount(target="/checkpoints", source="/srv/ck", type="bind", read_only=False)
+    assert cpu["mounts"][1] == Mount(
+        target="/checkpoints", source="/srv/ck", type="bind", read_only=False
+    )
     assert cpu["environment"]["CHECKPOINT_URL"] == "file:///checkpoints"
 
 
@@ -215,7 +250,8 @@ def test_docker_all_gpus_cpu_only_and_file_checkpoints(tmp_path: Path) -> None:
 @pytest.fixture
 def kubeconfig(tmp_path: Path) -> str:
     path = tmp_path / "kubeconfig"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         apiVersion: v1
         kind: Config
         clusters:
@@ -228,7 +264,8 @@ def kubeconfig(tmp_path: Path) -> str:
         users:
         - name: fake
           user: {token: fake-token}
-    """))
+    """)
+    )
     return str(path)
 
 
@@ -236,9 +273,16 @@ def test_kubernetes_pod_spec_exactly(kubeconfig: str) -> None:
     from kubernetes.client import ApiClient
 
     env = trainer_env()
-    cfg = LauncherConfig(trainer_image="registry/lt-trainer:1.2", k8s_namespace="ml",
-                         k8s_config_file=kubeconfig, k8s_data_pvc="lt-data", k8s_aws_secret="lt-aws")
-    kwargs = kubernetes_kwargs(env, run_id="train-manual__1", gpus=2, checkpoint_url="s3://ckpt/runs", config=cfg)
+    cfg = LauncherConfig(
+        trainer_image="registry/lt-trainer:1.2",
+        k8s_namespace="ml",
+        k8s_config_file=kubeconfig,
+        k8s_data_pvc="lt-data",
+        k8s_aws_secret="lt-aws",
+    )
+    kwargs = kubernetes_kwargs(
+        env, run_id="train-manual__1", gpus=2, checkpoint_url="s3://ckpt/runs", config=cfg
+    )
     pod = kubernetes_operator(**kwargs).build_pod_request_obj()
     spec = ApiClient().sanitize_for_serialization(pod)
     container = spec["spec"]["containers"][0]
@@ -253,8 +297,12 @@ def test_kubernetes_pod_spec_exactly(kubeconfig: str) -> None:
     assert container["envFrom"] == [{"secretRef": {"name": "lt-aws", "optional": True}}]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
     assert container["volumeMounts"] == [{"mountPath": "/data", "name": "data", "readOnly": True}]
-    assert spec["spec"]["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "lt-data", "readOnly": True}}]
-    assert spec["spec"]["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert spec["spec"]["volumes"] == [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "lt-data", "readOnly": True}}
+    ]
+    assert spec["spec"]["tolerations"] == [
+        {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}
+    ]
     assert spec["spec"]["restartPolicy"] == "Never"
     assert SECRET not in json.dumps(spec)  # secrets come from the Kubernetes Secret only
 
@@ -263,17 +311,32 @@ def test_kubernetes_cpu_only_and_all_gpus(kubeconfig: str) -> None:
     cfg = LauncherConfig(k8s_config_file=kubeconfig)
     cpu = kubernetes_kwargs(trainer_env(), run_id="r", gpus=0, checkpoint_url="s3://c", config=cfg)
     assert cpu["container_resources"] is None and cpu["tolerations"] is None
-    every = kubernetes_kwargs(trainer_env(), run_id="r", gpus=-1, checkpoint_url="s3://c", config=cfg)
+    every = kubernetes_kwargs(
+        trainer_env(), run_id="r", gpus=-1, checkpoint_url="s3://c", config=cfg
+    )
     assert every["container_resources"].limits == {"nvidia.com/gpu": "1"}
 
 
 def test_kubernetes_refuses_file_checkpoints_naming_the_setting() -> None:
     with pytest.raises(ValueError, match="^CHECKPOINT_URL"):
-        kubernetes_kwargs(trainer_env(), run_id="r", gpus=0, checkpoint_url="file:///x", config=LauncherConfig())
+        kubernetes_kwargs(
+            trainer_env(), run_id="r", gpus=0, checkpoint_url="file:///x", config=LauncherConfig()
+        )
 
 
 def test_launcher_config_from_env() -> None:
-    cfg = LauncherConfig.from_env({"LAKETRAIN_TRAINER_IMAGE": "img:2", "LAKETRAIN_HOST_DATA_ROOT": "/h",
-                                   "LAKETRAIN_K8S_IN_CLUSTER": "true", "LAKETRAIN_KILL_GRACE_SECONDS": "5"})
-    assert (cfg.trainer_image, cfg.host_data_root, cfg.k8s_in_cluster, cfg.kill_grace_seconds) == ("img:2", "/h", True, 5.0)
+    cfg = LauncherConfig.from_env(
+        {
+            "LAKETRAIN_TRAINER_IMAGE": "img:2",
+            "LAKETRAIN_HOST_DATA_ROOT": "/h",
+            "LAKETRAIN_K8S_IN_CLUSTER": "true",
+            "LAKETRAIN_KILL_GRACE_SECONDS": "5",
+        }
+    )
+    assert (cfg.trainer_image, cfg.host_data_root, cfg.k8s_in_cluster, cfg.kill_grace_seconds) == (
+        "img:2",
+        "/h",
+        True,
+        5.0,
+    )
     assert LauncherConfig.from_env({}) == LauncherConfig()

@@ -31,10 +31,19 @@ def test_make_run_follows_along_and_make_stop_stops_everything(tmp_path: Path) -
         "METADATA_DB_URL": f"sqlite:///{tmp_path / 'metadata.db'}",
         "PYTHONUNBUFFERED": "1",
     }
-    up = subprocess.Popen([sys.executable, "-m", "pipeline.orchestration.devstack", "up"], env=env, cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.orchestration.devstack", "up"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(up.stdout.readline, "")), daemon=True)
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(up.stdout.readline, "")), daemon=True
+    )
     reader.start()
 
     def wait_for(pattern: str, timeout: float) -> re.Match:
@@ -45,13 +54,17 @@ def test_make_run_follows_along_and_make_stop_stops_everything(tmp_path: Path) -
                     return m
             assert up.poll() is None, "".join(lines)[-5000:]
             time.sleep(0.5)
-        pytest.fail(f"no line matching {pattern!r} within {timeout:.0f}s:\n" + "".join(lines)[-5000:])
+        pytest.fail(
+            f"no line matching {pattern!r} within {timeout:.0f}s:\n" + "".join(lines)[-5000:]
+        )
 
     try:
         wait_for(r"sample lake created in .*digits", 120)
         url = wait_for(r"Airflow UI\s+(http://127\.0\.0\.1:\d+)", 240).group(1)
         password = wait_for(r"login\s+admin / (\S+)", 10).group(1)
-        stored = json.loads((tmp_path / "airflow" / "simple_auth_manager_passwords.json").read_text())
+        stored = json.loads(
+            (tmp_path / "airflow" / "simple_auth_manager_passwords.json").read_text()
+        )
         assert stored == {"admin": password}
         assert url.startswith("http://127.0.0.1:")
         wait_for(r"lake_ingest .*: success", 300)
@@ -63,8 +76,14 @@ def test_make_run_follows_along_and_make_stop_stops_everything(tmp_path: Path) -
         tree = set(pids)
         for pid in pids:
             tree.update(c.pid for c in psutil.Process(pid).children(recursive=True))
-        stop = subprocess.run([sys.executable, "-m", "pipeline.orchestration.devstack", "stop"], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
+        stop = subprocess.run(
+            [sys.executable, "-m", "pipeline.orchestration.devstack", "stop"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert stop.returncode == 0, stop.stdout + stop.stderr
         assert up.wait(timeout=60) == 0
         reader.join(timeout=10)

@@ -32,7 +32,10 @@ def test_manual_run_uses_the_form(recipes: Path) -> None:
 
 
 def test_asset_run_takes_dataset_and_version_from_the_newest_event(recipes: Path) -> None:
-    events = [{"dataset": "auto", "version_id": "a" * 64}, {"dataset": "auto", "version_id": "b" * 64}]
+    events = [
+        {"dataset": "auto", "version_id": "a" * 64},
+        {"dataset": "auto", "version_id": "b" * 64},
+    ]
     p = tasks.choose_params(FORM, events)
     assert (p.dataset, p.dataset_version, p.epochs) == ("auto", "b" * 64, 2)
 
@@ -48,14 +51,31 @@ def test_bad_form_values_are_refused_naming_the_field(recipes: Path) -> None:
 
 
 def test_version_event_extra_has_exactly_the_announced_fields() -> None:
-    version = {"dataset": "d", "version_id": "v", "tag": "t", "samples": 3, "added": 2, "removed": 1,
-               "train": 2, "val": 1, "path": "/x"}
-    assert tasks.version_event_extra(version) == {"dataset": "d", "version_id": "v", "tag": "t",
-                                                 "samples": 3, "added": 2, "removed": 1}
+    version = {
+        "dataset": "d",
+        "version_id": "v",
+        "tag": "t",
+        "samples": 3,
+        "added": 2,
+        "removed": 1,
+        "train": 2,
+        "val": 1,
+        "path": "/x",
+    }
+    assert tasks.version_event_extra(version) == {
+        "dataset": "d",
+        "version_id": "v",
+        "tag": "t",
+        "samples": 3,
+        "added": 2,
+        "removed": 1,
+    }
 
 
 def test_missing_version_names_the_reference_and_what_exists(store, lt_env: Path) -> None:
     from pipeline.orchestration.env_contract import TrainParams
 
-    with pytest.raises(tasks.RunRefused, match="^dataset_version: .*'nope'.*no committed version yet"):
+    with pytest.raises(
+        tasks.RunRefused, match="^dataset_version: .*'nope'.*no committed version yet"
+    ):
         tasks.resolve_version(TrainParams(dataset="digits", dataset_version="nope"))

@@ -41,7 +41,9 @@ def drop(lake: Path, rel: str, data: bytes = b"x", age: float = 60.0) -> Path:
 
 
 def make(lake: Path, store: DictStateStore | None, **kw: float) -> LakeTrigger:
-    trig = LakeTrigger(lake=str(lake), poll_seconds=0.05, settle_seconds=kw.pop("settle", 1.0), **kw)
+    trig = LakeTrigger(
+        lake=str(lake), poll_seconds=0.05, settle_seconds=kw.pop("settle", 1.0), **kw
+    )
     trig.asset_state_store = store
     return trig
 
@@ -74,7 +76,10 @@ def test_first_poll_fires_once_with_every_dataset_then_stays_quiet(tmp_path: Pat
     event = run(poll_and_commit(trig))
     assert event is not None
     assert event.payload["datasets"] == ["digits", "photos"]
-    assert {c["dataset"]: c["files"] for c in event.payload["changes"]} == {"digits": 2, "photos": 1}
+    assert {c["dataset"]: c["files"] for c in event.payload["changes"]} == {
+        "digits": 2,
+        "photos": 1,
+    }
     assert run(poll_and_commit(trig)) is None
 
 
