@@ -251,6 +251,36 @@ def test_s3_checkpoints_preempt_and_resume_bitwise(
         assert TEST_SECRET_ACCESS_KEY not in text
 
 
+def test_divergence_on_real_data_stops_with_the_files_of_the_batch(
+    digits: dict[str, Any], tmp_path: Path
+) -> None:
+    """An absurd LR blows the weights up in one step; the next loss is NaN."""
+    env = base_env(
+        digits,
+        tmp_path / "objects",
+        "diverged",
+        model="mlp",
+        width=16,
+        depth=1,
+        optimizer="sgd",
+        lr="1e30",
+        clip_norm=0,
+        warmup_steps=0,
+        momentum=0,
+        detect_anomaly="true",
+    )
+    proc = run_trainer(env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "non-finite loss nan at step 1 (epoch 0)" in proc.stderr
+    assert "anomaly trace" in proc.stderr
+    result = read_result(tmp_path / "objects", "diverged")
+    assert result["status"] == "failed" and result["exit_code"] == 1
+    # 64 "index:lake path" pairs of the batch (20 shown), all real digits files
+    shown = result["error"].split("source paths: ", 1)[1].split("\n")[0]
+    pairs = shown.split(" (+")[0].split(", ")
+    assert len(pairs) == 20 and all(p.split(":", 1)[1].startswith("digits/") for p in pairs)
+
+
 def test_missing_version_exits_3(digits: dict[str, Any], tmp_path: Path) -> None:
     env = base_env(digits, tmp_path / "objects", "missing")
     env["DATASET_VERSION"] = "digits_v19990101_deadbeef"
