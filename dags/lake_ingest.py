@@ -101,7 +101,9 @@ def lake_ingest():
     def commit(dataset: str, segments: list[dict] | None = None):
         from pipeline.orchestration.tasks import commit_dataset, dataset_asset_uri
 
-        extra = commit_dataset(dataset, list(segments or []))
+        # One slice request: iterating the lazy XCom sequence would probe past its end (an
+        # "XCom not found" error line in the log for nothing).
+        extra = commit_dataset(dataset, list(segments[:]) if segments else [])
         if extra is not None:
             uri = dataset_asset_uri(dataset)
             yield Metadata(Asset(name=uri, uri=uri), extra=extra, alias=versions)

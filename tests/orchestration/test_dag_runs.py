@@ -135,6 +135,7 @@ def test_ingest_log_shows_the_scan_summary_and_the_invalid_file(dag_runs: dict) 
     log = dag_runs["by_label"]["ingest"]["log"] + dag_runs["stderr"]
     assert "scan summary:" in log
     assert "digits/3/broken.png" in log
+    assert "XCom not found" not in log  # no error lines for nothing
 
 
 def test_a_second_ingest_with_no_change_publishes_nothing(dag_runs: dict) -> None:
