@@ -99,6 +99,14 @@ def record_run_started(
     for attempt in range(2):
         try:
             with s.session() as session:
+                # A no-op write first: it takes SQLite's write lock (and PostgreSQL's row lock),
+                # so the read below cannot be stale when two attempts race (SQLite ignores
+                # FOR UPDATE, and a plain read-modify-write there loses an attempt).
+                session.execute(
+                    update(TrainingRun)
+                    .where(TrainingRun.run_id == run_id)
+                    .values(updated_at=TrainingRun.updated_at)
+                )
                 run = session.execute(
                     select(TrainingRun).where(TrainingRun.run_id == run_id).with_for_update()
                 ).scalar_one_or_none()
