@@ -31,6 +31,8 @@ LATEST = "latest"
 # Whole zarr chunks kept per reader: random single-sample reads that fall in a recent chunk
 # skip a fresh read (~0.6 ms per zarr call, MEASURED.md).
 ZARR_CHUNK_CACHE = 16
+# get_batch copies rows one by one (instead of fancy index + scatter) from this row size up.
+_ROW_COPY_MIN_BYTES = 1024
 
 
 def open_version(
@@ -120,6 +122,7 @@ class VersionReader:
         self._y_list: list[int] = self._y.tolist()
         self._meta: list[str] | None = None
         self._arrays: dict[int, Any] = {}
+        self._views: dict[int, memoryview] = {}
         self._chunks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         _live_readers.add(self)
 
@@ -180,24 +183,29 @@ class VersionReader:
         return self._zarr_rows(seg, np.asarray([self._row_list[i]]))[0], self._y_list[i]
 
     def get_batch(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
-        """x (B, ...) and y int64 (B,) in the order asked; each segment is read once with
-        sorted fancy indexing (npy) or whole chunks (zarr)."""
+        """x (B, ...) and y int64 (B,) in the order asked; each segment is read once, in
+        ascending row order (npy), or whole chunk by whole chunk (zarr)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = len(self)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise IndexError(f"index out of range for a version of {n} samples")
-        if idx.size and idx.min() < 0:
-            idx = np.where(idx < 0, idx + n, idx)
-        y = self._y[idx]
-        if idx.size == 0:
-            return np.empty((0, *self.sample_shape), dtype=np.dtype(self.manifest["sample_dtype"])), y.astype(np.int64)
-        segs = self._seg[idx]
+        try:
+            # numpy checks the range and counts negative indices from the end.
+            segs = self._seg[idx]
+        except IndexError:
+            raise IndexError(f"index out of range for a version of {len(self)} samples") from None
         rows = self._row[idx]
-        # One sort by (segment, row) instead of one pass per segment: each segment's rows
-        # come out as one sorted slice, read with a single fancy index.
-        order = np.lexsort((rows, segs))
-        sorted_segs = segs[order]
-        sorted_rows = rows[order]
+        y = self._y[idx].astype(np.int64)
+        if idx.size == 0:
+            return np.empty((0, *self.sample_shape), dtype=np.dtype(self.manifest["sample_dtype"])), y
+        # One sort by (segment, row): each segment's rows come out as one ascending run.
+        key = (segs.astype(np.int64) << 40) | rows
+        order = np.argsort(key)
+        sorted_key = key[order]
+        sorted_segs = sorted_key >> 40
+        sorted_rows = sorted_key & ((1 << 40) - 1)
+        if self._is_npy and self._row_bytes >= _ROW_COPY_MIN_BYTES:
+            # Image-sized rows: copy each row straight into its place (one memcpy per row).
+            # Fancy indexing then scattering would copy every byte twice, which costs more
+            # than this loop once a row is a KB or more.
+            return self._gather_rows(sorted_segs, sorted_rows, order), y
         bounds = np.flatnonzero(sorted_segs[1:] != sorted_segs[:-1]) + 1
         starts = [0, *bounds.tolist()]
         stops = [*bounds.tolist(), idx.size]
@@ -207,13 +215,31 @@ class VersionReader:
             part = sorted_rows[start:stop]
             data = self._x(seg)[part] if self._is_npy else self._zarr_rows(seg, part)
             if out is None:
-                if len(starts) == 1:
-                    out = np.empty_like(data)
-                    out[order] = data
-                    return out, y.astype(np.int64)
                 out = np.empty((idx.size, *data.shape[1:]), dtype=data.dtype)
             out[order[start:stop]] = data
-        return out, y.astype(np.int64)
+        return out, y
+
+    @property
+    def _row_bytes(self) -> int:
+        shape = [d for d in self.manifest["sample_shape"] if d > 0]
+        return int(np.prod(shape, dtype=np.int64)) * np.dtype(self.manifest["sample_dtype"]).itemsize
+
+    def _gather_rows(self, segs: np.ndarray, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        first = self._x(int(segs[0]))
+        out = np.empty((len(positions), *first.shape[1:]), dtype=first.dtype)
+        rb = out.itemsize * int(np.prod(first.shape[1:], dtype=np.int64))
+        dst = memoryview(out).cast("B")
+        views = self._views
+        src_at = (rows * rb).tolist()
+        dst_at = (positions * rb).tolist()
+        for seg, s, d in zip(segs.tolist(), src_at, dst_at, strict=True):
+            src = views.get(seg)
+            if src is None:
+                # A flat byte view of the (C-contiguous) map: slicing a memoryview is the
+                # cheapest copy Python has, with no array object made per row.
+                src = views[seg] = memoryview(self._x(seg)).cast("B")
+            dst[d : d + rb] = src[s : s + rb]
+        return out
 
     def split(self, name: str) -> VersionReader:
         """A view of the train or val samples."""
@@ -265,6 +291,7 @@ class VersionReader:
 
     def _forget_maps(self) -> None:
         self._arrays = {}
+        self._views = {}
         self._chunks = OrderedDict()
 
     def _segment_folder(self, seg: int) -> Path:
@@ -307,6 +334,7 @@ class VersionReader:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_arrays"] = {}
+        state["_views"] = {}
         state["_chunks"] = OrderedDict()
         return state
 
