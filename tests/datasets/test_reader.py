@@ -25,17 +25,18 @@ def two_versions(sqlite_store, home):
     return first, second
 
 
-@pytest.mark.parametrize("fmt", ["npy", "zarr"])
-def test_get_batch_equals_item_reads_in_the_asked_order(sqlite_store, home, fmt):
+# 12 px rows (432 B) take the fancy-index path, 24 px rows (1,728 B) the row-copy path.
+@pytest.mark.parametrize(("fmt", "size"), [("npy", 12), ("npy", 24), ("zarr", 12)])
+def test_get_batch_equals_item_reads_in_the_asked_order(sqlite_store, home, fmt, size):
     from pipeline.datasets.build import run_build
     from pipeline.datasets.reader import open_version
 
-    image_lake(home, per_class=10, recipe=f'modality = "image"\nformat = "{fmt}"\n[image]\nsize = 12\n')
+    image_lake(home, per_class=10, recipe=f'modality = "image"\nformat = "{fmt}"\n[image]\nsize = {size}\n')
     run_build("pets", workers=1, store=sqlite_store, max_files=7)
     r = open_version("pets")
     idx = np.random.default_rng(0).integers(0, len(r), size=50)  # repeats, several segments
     x, y = r.get_batch(idx)
-    assert x.shape == (50, 3, 12, 12) and x.dtype == np.uint8 and y.dtype == np.int64
+    assert x.shape == (50, 3, size, size) and x.dtype == np.uint8 and y.dtype == np.int64
     for k, i in enumerate(idx):
         xi, yi = r[int(i)]
         np.testing.assert_array_equal(x[k], xi)
@@ -43,7 +44,9 @@ def test_get_batch_equals_item_reads_in_the_asked_order(sqlite_store, home, fmt)
     np.testing.assert_array_equal(r.get_batch([-1])[0][0], r[len(r) - 1][0])
     with pytest.raises(IndexError):
         r.get_batch([len(r)])
-    assert r.get_batch([])[0].shape == (0, 3, 12, 12)
+    assert r.get_batch([])[0].shape == (0, 3, size, size)
+    with pytest.raises(IndexError):
+        r.get_batch([-len(r) - 1])
 
 
 def test_split_views_partition_the_version_and_do_not_leak(two_versions):
