@@ -403,6 +403,9 @@ class Api:
     def post(self, path: str, body: Any) -> tuple[int, Any]:
         return self._request("POST", path, body)
 
+    def patch(self, path: str, body: Any) -> tuple[int, Any]:
+        return self._request("PATCH", path, body)
+
     def health(self) -> dict | None:
         try:
             status, body = self._request("GET", "/api/v2/monitor/health", auth=False)

@@ -238,6 +238,8 @@ def record_started(
         dag_id=dag_id,
         dag_run_id=dag_run_id,
         launcher=params.launcher,
+        # "queued": the trainer's own "running" record then joins this attempt, not a new one.
+        status="queued",
     )
     log.info("run %s recorded (attempt %s)", run_id, row.get("attempts"))
     return {"run_id": run_id, "attempts": row.get("attempts")}

@@ -340,3 +340,64 @@ def test_7_a_triggerer_restart_neither_misses_nor_refires(stack: Stack, store) -
     time.sleep(8.0)  # several polls after the restart: the old state must not fire again
     new_runs = ingest_runs() - before_runs
     assert len(new_runs) == 1, new_runs
+
+
+def _trainer_processes(run_id: str) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if "training" in cmd and "-m" in cmd and p.environ().get("RUN_ID") == run_id:
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def test_8_marking_the_launch_failed_stops_the_trainer_cleanly(stack: Stack, store) -> None:
+    import psutil
+
+    from pipeline.orchestration.env_contract import sanitize_run_id
+    from pipeline.runs import get_run
+
+    conf = {"dataset": "digits", "epochs": 5000, "batch_size": 8, "model": "mlp", "gpus": 0}
+    status, body = stack.api.trigger("train", conf)
+    assert status == 200, body
+    dag_run_id = body["dag_run_id"]
+    run_id = sanitize_run_id("train", dag_run_id)
+    deadline = time.monotonic() + TIMEOUT
+    procs: list = []
+    while time.monotonic() < deadline and not procs:
+        procs = _trainer_processes(run_id)
+        time.sleep(0.5)
+    assert procs, f"the trainer of {run_id} never started\n{stack.logs_tail()}"
+    time.sleep(3.0)  # let it train a little
+    status, body = stack.api.patch(
+        f"/api/v2/dags/train/dagRuns/{dag_run_id}/taskInstances/launch", {"new_state": "failed"}
+    )
+    assert status == 200, body
+    gone, alive = psutil.wait_procs(procs, timeout=60)
+    assert not alive, f"trainer still running after the task was marked failed: {alive}"
+    assert not _trainer_processes(run_id)
+    deadline = time.monotonic() + TIMEOUT
+    state = None
+    while time.monotonic() < deadline:
+        state = next(
+            (
+                r["state"]
+                for r in stack.api.dag_runs("train", limit=20)
+                if r["dag_run_id"] == dag_run_id
+            ),
+            None,
+        )
+        if state in ("success", "failed"):
+            break
+        time.sleep(1.0)
+    assert state == "failed"
+    row = get_run(run_id, store=store)
+    # The trainer got SIGTERM through the launcher, saved a checkpoint and stopped (exit 75):
+    # a retry of this run would resume from it.
+    assert row["status"] == "preempted", row
+    assert row["checkpoint_url"].startswith(f"s3://{stack.bucket}/ckpt/{run_id}/step-"), row
