@@ -603,6 +603,14 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"already running at {running.get('url')} (pid {running['devstack']['pid']}); `make stop` first"
         )
         return 1
+    if running:
+        # The previous runner died without stopping its components (SIGKILL, a crash): they
+        # would share the SQLite database with the new ones.
+        print("stopping the components a previous run left behind")
+        stop_groups(
+            [(c["pid"], c["create_time"]) for c in running.get("components", [])], cfg.grace_seconds
+        )
+        (cfg.home / PID_FILE).unlink(missing_ok=True)  # type: ignore[operator]
     stack = DevStack(cfg)
     stop_event = threading.Event()
 

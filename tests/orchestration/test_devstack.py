@@ -171,3 +171,48 @@ def test_stop_without_a_running_stack_says_so(tmp_path: Path) -> None:
         cwd=REPO,
     )
     assert out.returncode == 0 and "not running" in out.stdout
+
+
+def test_up_stops_what_a_dead_previous_run_left_behind(tmp_path: Path) -> None:
+    leftover, child = start_group("polite", tmp_path / "left-got-term")
+    home = tmp_path / "af"
+    home.mkdir()
+    (home / "devstack.json").write_text(
+        json.dumps(
+            {
+                "devstack": {
+                    "pid": 2**22 + 12345,
+                    "create_time": 0.0,
+                },  # a runner that no longer exists
+                "url": "http://127.0.0.1:1",
+                "components": [
+                    {
+                        "name": "scheduler",
+                        "pid": leftover.pid,
+                        "create_time": psutil.Process(leftover.pid).create_time(),
+                    }
+                ],
+            }
+        )
+    )
+    env = {**os.environ, "LAKETRAIN_DEVSTACK_HOME": str(home)}
+    # `up` stops the leftovers first; starting the new stack is replaced by an exit here.
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pipeline.orchestration import devstack as d; "
+            "d.DevStack.start = lambda self, **k: (_ for _ in ()).throw(SystemExit(7)); "
+            "sys.exit(d.main(['up', '--port', '1']))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert out.returncode == 7, out.stdout + out.stderr
+    assert "left behind" in out.stdout
+    assert (tmp_path / "left-got-term").read_text() == "TERM"
+    assert gone(leftover.pid) and gone(child)
+    assert not (home / "devstack.json").exists()
