@@ -519,11 +519,18 @@ def commit(
     store = store or open_store()
     recipe = _recipe(dataset)
     rh = recipe.recipe_hash
-    for ref in segments or []:
-        ref = SegmentRef.from_dict(ref) if isinstance(ref, dict) else ref
-        folder = data_root / ref.path
-        if (folder / "segment.json").is_file():
-            _record_segment(store, dataset, read_info(folder))
+    refs = [SegmentRef.from_dict(r) if isinstance(r, dict) else r for r in segments or []]
+    if refs:
+        with store.session() as session:
+            recorded = set(session.scalars(
+                select(Segment.segment_id).where(Segment.segment_id.in_([r.segment_id for r in refs]))
+            ))
+        for ref in refs:
+            # A segment row is written in the same transaction as its processed samples, so
+            # only a segment without one (a crash between rename and record) needs reading.
+            folder = data_root / ref.path
+            if ref.segment_id not in recorded and (folder / "segment.json").is_file():
+                _record_segment(store, dataset, read_info(folder))
     pause_hook("before_commit")
     sidecar = load_sidecar(lake / dataset, recipe)
     _ensure_lock_row(store, dataset)
