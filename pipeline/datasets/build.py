@@ -374,6 +374,7 @@ def process(
         data_root, recipe_hash=shard.recipe_hash, segment_id=seg_id, fmt=shard.format, x=x, y=y,
         info={"dataset": shard.dataset, "labels": label_names, "entries": entries, "invalid": invalid},
     )
+    pause_hook("segment_renamed")
     _record_segment(store, shard.dataset, written.info)
     return _ref(shard, written.info, decoded=0 if written.reused else decoded, reused=written.reused)
 

@@ -89,6 +89,7 @@ def _complete_versions_on_disk(data_root: Path) -> list[str]:
     [
         ("process_decoded", 2),       # one segment done, the second decoded but not written
         ("segment_before_rename", 2),  # second segment written under its temp name
+        ("segment_renamed", 2),        # second segment published, not recorded: reused
         ("before_commit", 1),          # every segment recorded, no version yet
         ("commit_staged", 1),          # version folder staged, not renamed
         ("commit_renamed", 1),         # version folder published, store not committed
@@ -120,6 +121,9 @@ def test_killed_build_reruns_to_the_same_version(store, home, tmp_path, monkeypa
     assert not list((data_root / "segments").glob("*/.tmp-*"))
     r = open_version("pets", store=store)
     assert r.get_batch(range(len(r)))[0].shape[0] == 8
+    # Every segment folder is one the store knows and the version uses: nothing orphaned.
+    on_disk = {p.name for p in (data_root / "segments").glob("*/*") if not p.name.startswith(".")}
+    assert on_disk == {s["id"] for s in r.manifest["segments"]}
 
 
 def test_two_concurrent_builds_publish_exactly_one_version(store, home):
