@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import and_, case, func, or_, select
@@ -403,22 +404,27 @@ def diff_versions(
 
     A path's md5/label are those of its first sample row (as the build's own diff). When each
     path has one row on both sides (``samples == files``: images without augmented copies) the
-    anti-joins run in the database on the (version_id, path) index; otherwise (table files,
-    augmented copies) both sides are streamed in path order and merged in Python, which stays
-    linear where a join would multiply the rows of a path. ``method`` forces one ("sql" or
-    "merge"), for tests.
+    database does the work — SQLite by index probes on (version_id, path) that page straight off
+    the index, PostgreSQL by one FULL OUTER JOIN returning only the differing rows (each is
+    slow on the other: see bench/ui.py). Otherwise (table files, augmented copies) both sides
+    are streamed in path order and merged in Python, which stays linear where a join would
+    multiply the rows of a path. ``method`` forces "sql" or "merge", for tests.
     """
     limit, offset = clamp(limit, offset)
     with store.session() as s:
         va, vb = resolve(s, a), resolve(s, b)
         if method is None:
-            method = "sql" if va.samples == va.files and vb.samples == vb.files else "merge"
+            one_row_per_path = va.samples == va.files and vb.samples == vb.files
+            method = "sql" if one_row_per_path else "merge"
         if method == "sql":
-            # Against its parent, the build already counted this diff (same rule, same rows).
-            known = None
-            if vb.parent_id == va.version_id:
-                known = {"added": vb.added, "removed": vb.removed, "changed": vb.changed}
-            counts, pages = _diff_sql(s, va.version_id, vb.version_id, limit, offset, known)
+            if s.get_bind().dialect.name == "sqlite":
+                # Against its parent, the build already counted this diff (same rule, same rows).
+                known = None
+                if vb.parent_id == va.version_id:
+                    known = {"added": vb.added, "removed": vb.removed, "changed": vb.changed}
+                counts, pages = _diff_indexed(s, va.version_id, vb.version_id, limit, offset, known)
+            else:
+                counts, pages = _diff_joined(s, va.version_id, vb.version_id, limit, offset)
         elif method == "merge":
             counts, pages = _diff_merge(s, va.version_id, vb.version_id, limit, offset)
         else:
@@ -433,9 +439,11 @@ def diff_versions(
     }
 
 
-def _diff_sql(
+def _diff_indexed(
     s: Session, a: str, b: str, limit: int, offset: int, known: dict[str, int] | None = None
 ) -> tuple[dict, dict]:
+    """SQLite: counts in one pass (or the build's own, against the parent), then each kind's
+    page in path order straight off the (version_id, path) index, stopping at the page's end."""
     A, B = aliased(VersionSample), aliased(VersionSample)
     only_b = (
         select(B.path, B.md5, B.label, B.split)
@@ -487,6 +495,57 @@ def _count_diff(s: Session, a: str, b: str) -> dict[str, int]:
         "removed": int(a_rows or 0) - int(matched),
         "changed": int(n_changed),
     }
+
+
+def _differing_rows(s: Session, a: str, b: str) -> Any:
+    """(a.path, a.md5, a.label, a.split, b.path, b.md5, b.label, b.split) of every path that
+    differs: on one side only (the other side's columns None) or with another md5/label, in one
+    FULL OUTER JOIN (a single hash-join pass on PostgreSQL; SQLite would rescan a materialised
+    side per row, hence its own indexed path above)."""
+    cols = (VersionSample.path, VersionSample.md5, VersionSample.label, VersionSample.split)
+    A = select(*cols).where(VersionSample.version_id == a).subquery("a")
+    B = select(*cols).where(VersionSample.version_id == b).subquery("b")
+    return s.execute(
+        select(A.c.path, A.c.md5, A.c.label, A.c.split, B.c.path, B.c.md5, B.c.label, B.c.split)
+        .select_from(B)
+        .join(A, A.c.path == B.c.path, full=True)
+        .where(
+            or_(
+                A.c.path.is_(None),
+                B.c.path.is_(None),
+                A.c.md5 != B.c.md5,
+                A.c.label.is_distinct_from(B.c.label),
+            )
+        )
+    )
+
+
+def _diff_joined(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[dict, dict]:
+    """Only the rows that differ come out of the database; counting, ordering and paging them
+    happens here, so the cost is the join plus the size of the difference — not a pass per
+    kind or per page."""
+    # Tuples until the page is cut: a diff of 200,000 paths must not build 200,000 dicts.
+    added, removed, changed = [], [], []
+    for row in _differing_rows(s, a, b):
+        (added if row[0] is None else removed if row[4] is None else changed).append(tuple(row))
+    window = slice(offset, offset + limit)
+    added.sort(key=itemgetter(4))
+    removed.sort(key=itemgetter(0))
+    changed.sort(key=itemgetter(4))
+    counts = {"added": len(added), "removed": len(removed), "changed": len(changed)}
+    pages = {
+        "added": [
+            {"path": p, "md5": m, "label": la, "split": sp} for *_, p, m, la, sp in added[window]
+        ],
+        "removed": [
+            {"path": p, "md5": m, "label": la, "split": sp} for p, m, la, sp, *_ in removed[window]
+        ],
+        "changed": [
+            {"path": pb, "old_md5": ma, "md5": mb, "old_label": la, "label": lb, "split": sb}
+            for _pa, ma, la, _sa, pb, mb, lb, sb in changed[window]
+        ],
+    }
+    return counts, pages
 
 
 def _first_rows(s: Session, version_id: str) -> Iterator[tuple[str, str, str | None, str]]:

@@ -59,7 +59,10 @@ def test_nav_to_a_version_then_a_diff_with_hostile_names_as_text(page, ui_stack,
     frame.locator("table.invalid td", has_text=b.invalid).wait_for(state="visible")
     assert frame.locator(".parent a").inner_text() == b.v1["tag"]
     assert b.v2["version_id"] in frame.locator("pre.train-shell").inner_text()
-    natural = frame.locator("img.thumbnails").evaluate("img => img.complete && img.naturalWidth")
+    # decode() resolves once the PNG is loaded and decoded, and rejects if it is broken.
+    natural = frame.locator("img.thumbnails").evaluate(
+        "img => img.decode().then(() => img.naturalWidth)"
+    )
     assert natural and natural > 0
     page.screenshot(path=str(artifacts / "ui-2-version.png"), full_page=True)
 
@@ -131,6 +134,7 @@ def test_training_journey_from_the_trigger_form_to_the_version_page(page, ui_sta
     run_link = frame.locator(".runs a", has_text=run_id)
     run_link.wait_for(state="visible")
     assert "val_accuracy" in frame.locator(".runs").inner_text()
+    frame.locator("img.thumbnails").evaluate("img => img.decode()")
     page.screenshot(path=str(artifacts / "ui-7-version-with-run.png"), full_page=True)
     # ...and on the list, next to the version.
     page.goto(url + "/plugin/datasets")
