@@ -104,7 +104,7 @@ class VersionReader:
         self.data_root = Path(data_root) if data_root is not None else self.folder.parents[2]
         self._seg_all = np.load(self.folder / mf.INDEX_SEGMENT)
         self._row_all = np.load(self.folder / mf.INDEX_ROW)
-        self._y_all = np.load(self.folder / mf.LABELS)
+        self._y_all = np.load(self.folder / mf.LABELS).astype(np.int64, copy=False)
         self._val_all = np.load(self.folder / mf.SPLITS).astype(bool)
         n = len(self._seg_all)
         if not (len(self._row_all) == len(self._y_all) == n == self.manifest["counts"]["samples"]):
@@ -115,6 +115,8 @@ class VersionReader:
         self._y = self._y_all[self._indices]
         self.split_name = _split
         self._is_npy = self.manifest["format"] == "npy"
+        shape = [d for d in self.manifest["sample_shape"] if d > 0]
+        self._row_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(self.manifest["sample_dtype"]).itemsize
         # Plain lists for single-sample access: indexing a list is ~5x cheaper than a numpy
         # scalar, and __getitem__ is the hot path of a map-style DataLoader.
         self._seg_list: list[int] = self._seg.tolist()
@@ -123,6 +125,7 @@ class VersionReader:
         self._meta: list[str] | None = None
         self._arrays: dict[int, Any] = {}
         self._views: dict[int, memoryview] = {}
+        self._row_layout: tuple[tuple[int, ...], np.dtype, int] | None = None  # row shape, dtype, bytes
         self._chunks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         _live_readers.add(self)
 
@@ -183,29 +186,27 @@ class VersionReader:
         return self._zarr_rows(seg, np.asarray([self._row_list[i]]))[0], self._y_list[i]
 
     def get_batch(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
-        """x (B, ...) and y int64 (B,) in the order asked; each segment is read once, in
-        ascending row order (npy), or whole chunk by whole chunk (zarr)."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        """x (B, ...) and y int64 (B,) in the order asked. Image-sized npy rows are copied
+        straight into place; smaller rows are read segment by segment in ascending row order;
+        zarr rows whole chunk by whole chunk."""
+        idx = np.asarray(indices, dtype=np.intp).reshape(-1)
         try:
             # numpy checks the range and counts negative indices from the end.
             segs = self._seg[idx]
         except IndexError:
             raise IndexError(f"index out of range for a version of {len(self)} samples") from None
         rows = self._row[idx]
-        y = self._y[idx].astype(np.int64)
+        y = self._y[idx]  # int64 (see __init__), and a fresh array
         if idx.size == 0:
             return np.empty((0, *self.sample_shape), dtype=np.dtype(self.manifest["sample_dtype"])), y
+        if self._is_npy and self._row_bytes >= _ROW_COPY_MIN_BYTES:
+            return self._gather_rows(segs, rows), y
         # One sort by (segment, row): each segment's rows come out as one ascending run.
         key = (segs.astype(np.int64) << 40) | rows
         order = np.argsort(key)
         sorted_key = key[order]
         sorted_segs = sorted_key >> 40
         sorted_rows = sorted_key & ((1 << 40) - 1)
-        if self._is_npy and self._row_bytes >= _ROW_COPY_MIN_BYTES:
-            # Image-sized rows: copy each row straight into its place (one memcpy per row).
-            # Fancy indexing then scattering would copy every byte twice, which costs more
-            # than this loop once a row is a KB or more.
-            return self._gather_rows(sorted_segs, sorted_rows, order), y
         bounds = np.flatnonzero(sorted_segs[1:] != sorted_segs[:-1]) + 1
         starts = [0, *bounds.tolist()]
         stops = [*bounds.tolist(), idx.size]
@@ -219,27 +220,38 @@ class VersionReader:
             out[order[start:stop]] = data
         return out, y
 
-    @property
-    def _row_bytes(self) -> int:
-        shape = [d for d in self.manifest["sample_shape"] if d > 0]
-        return int(np.prod(shape, dtype=np.int64)) * np.dtype(self.manifest["sample_dtype"]).itemsize
-
-    def _gather_rows(self, segs: np.ndarray, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        first = self._x(int(segs[0]))
-        out = np.empty((len(positions), *first.shape[1:]), dtype=first.dtype)
-        rb = out.itemsize * int(np.prod(first.shape[1:], dtype=np.int64))
-        dst = memoryview(out).cast("B")
+    def _gather_rows(self, segs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Copy each row straight to its place in the asked order: one memcpy per row and no
+        sort. Fancy indexing per segment then scattering would copy every byte twice and pay
+        numpy's per-call overhead once per segment (a batch of 64 spans ~10 segments), which
+        costs more than this loop once a row is a KB or more (bench/reader.py)."""
+        seg_list = segs.tolist()
         views = self._views
-        src_at = (rows * rb).tolist()
-        dst_at = (positions * rb).tolist()
-        for seg, s, d in zip(segs.tolist(), src_at, dst_at, strict=True):
-            src = views.get(seg)
-            if src is None:
-                # A flat byte view of the (C-contiguous) map: slicing a memoryview is the
-                # cheapest copy Python has, with no array object made per row.
-                src = views[seg] = memoryview(self._x(seg)).cast("B")
+        if seg_list[0] not in views:
+            self._view(seg_list[0])
+        row_shape, dtype, rb = self._row_layout
+        out = np.empty((len(seg_list), *row_shape), dtype=dtype)
+        dst = memoryview(out).cast("B")
+        d = 0
+        for seg, s in zip(seg_list, np.multiply(rows, rb, out=rows).tolist(), strict=True):
+            try:
+                src = views[seg]
+            except KeyError:
+                src = self._view(seg)
             dst[d : d + rb] = src[s : s + rb]
+            d += rb
         return out
+
+    def _view(self, seg: int) -> memoryview:
+        """A flat byte view of segment ``seg``'s (C-contiguous) map: slicing a memoryview is
+        the cheapest copy Python has, with no array object made per row."""
+        arr = self._x(seg)
+        if self._row_layout is None:
+            self._row_layout = (arr.shape[1:], arr.dtype, arr.strides[0])
+        elif arr.shape[1:] != self._row_layout[0] or arr.dtype != self._row_layout[1]:
+            raise mf.ManifestError(f"{self._segment_folder(seg)}: rows of shape {arr.shape[1:]} {arr.dtype}, not {self._row_layout[0]} {self._row_layout[1]} like the version's other segments")
+        view = self._views[seg] = memoryview(arr).cast("B")
+        return view
 
     def split(self, name: str) -> VersionReader:
         """A view of the train or val samples."""
