@@ -377,7 +377,7 @@ def main() -> None:
     body = "\n".join(lines + [""] + notes)
     print(body)
     if not args.no_write:
-        write_section("ui.py", body)
+        write_section("bench/ui.py", body)
 
 
 if __name__ == "__main__":
