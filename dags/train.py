@@ -23,6 +23,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Asset, AssetAlias, AssetAny, Metadata, Param, dag, task
 
 from pipeline.orchestration import dagconfig
@@ -147,12 +148,9 @@ def train():
         from pipeline.orchestration import tasks
         from pipeline.orchestration.env_contract import sanitize_run_id
 
-        events = [
-            e.extra for ev in (context.get("triggering_asset_events") or {}).values() for e in ev
-        ]
-        events = [e for e in events if isinstance(e, dict) and e.get("version_id")]
+        versions = tasks.triggering_versions(context.get("triggering_asset_events"))
         try:
-            p = tasks.choose_params(context["params"], events)
+            p = tasks.choose_params(context["params"], versions)
             version = tasks.resolve_version(p)
         except tasks.SkipRun as exc:
             # Not AirflowSkipException: record_result (all_done) must tell "nothing to do"
@@ -235,6 +233,19 @@ def train():
             extra={**outcome, "dataset": resolved["dataset"], "version_id": resolved["version_id"]},
             alias=models,
         )
+
+    @task
+    def other_datasets(**context) -> list[dict]:
+        """Versions of other auto_train datasets that arrived with this run's event."""
+        from pipeline.orchestration import tasks
+
+        versions = tasks.triggering_versions(context.get("triggering_asset_events"))
+        return tasks.fan_out_confs(dict(context["params"]), versions)
+
+    # One run trains one version: each other dataset that arrived together gets its own run.
+    TriggerDagRunOperator.partial(task_id="train_other_datasets", trigger_dag_id="train").expand(
+        conf=other_datasets()
+    )
 
     resolved = resolve()
     checked = check_leakage(resolved)

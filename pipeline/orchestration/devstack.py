@@ -540,6 +540,7 @@ class Follower:
                     "asset_triggered": "by an asset event",
                     "scheduled": "on schedule",
                     "manual": "by hand",
+                    "operator_triggered": "by another run",
                 }.get(run.get("run_type", ""), run.get("run_type", ""))
                 self.log(f"  {dag_id:<11} {run['dag_run_id']}  ({how}): {state}")
                 if state == "success" and dag_id == "lake_ingest":

@@ -162,6 +162,40 @@ def skip_if_nothing_to_do(resolved: Mapping[str, Any]) -> None:
         raise AirflowSkipException(resolved["skip"])
 
 
+def triggering_versions(triggering_asset_events: Mapping[Any, Any] | None) -> list[dict[str, Any]]:
+    """The version events that started an asset-triggered run: one per dataset (its newest),
+    the newest last. Several datasets committed in one ingest can start ONE run together."""
+    flat = [e for events in (triggering_asset_events or {}).values() for e in events]
+    flat.sort(key=lambda e: str(getattr(e, "timestamp", "") or ""))
+    newest: dict[str, dict[str, Any]] = {}
+    for event in flat:
+        extra = getattr(event, "extra", None)
+        if isinstance(extra, Mapping) and extra.get("dataset") and extra.get("version_id"):
+            newest.pop(extra["dataset"], None)  # re-insert: the order follows the newest event
+            newest[extra["dataset"]] = dict(extra)
+    return list(newest.values())
+
+
+def fan_out_confs(
+    params: Mapping[str, Any], versions: list[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Confs of the extra runs for the versions this run does not train (all but the newest),
+    for the datasets whose recipe sets ``auto_train``."""
+    from pipeline.datasets.recipes import load_recipe
+
+    out = []
+    for extra in versions[:-1]:
+        if load_recipe(extra["dataset"]).auto_train:
+            out.append(
+                {
+                    **dict(params),
+                    "dataset": extra["dataset"],
+                    "dataset_version": extra["version_id"],
+                }
+            )
+    return out
+
+
 def choose_params(params: Mapping[str, Any], events: list[Mapping[str, Any]] | None) -> TrainParams:
     """The run's parameters: the form's ``params``; on an asset-triggered run, the dataset and
     version of the newest dataset event instead (a version event's extra)."""
@@ -368,7 +402,8 @@ def record_finished(run_id: str, *, launch_failed: str | None) -> dict[str, Any]
         best_metric=result.get("best_metric"),
         metric_name=result.get("metric_name"),
         checkpoint_url=result.get("checkpoint_url"),
-        error=launch_failed,
+        # the trainer's own words ("batch_size: 64 ... lower the batch size") beat ours
+        error=(result.get("error") or launch_failed) if status != "succeeded" else None,
     )
     log.info(
         "run %s finished: %s, %s=%s, checkpoint %s",

@@ -53,7 +53,10 @@ class Stack:
 
     def logs_tail(self) -> str:
         out = []
-        for f in sorted((self.stack.cfg.home / "logs").rglob("*.log"))[-12:]:
+        logs = self.stack.cfg.home / "logs"
+        files = sorted(logs.rglob("*.log"), key=lambda f: f.stat().st_mtime)[-8:]
+        files += sorted(logs.rglob("task_id=launch/*.log"), key=lambda f: f.stat().st_mtime)[-3:]
+        for f in files:
             out.append(f"==== {f}\n" + f.read_text(errors="replace")[-2500:])
         return "\n".join(out)
 
@@ -111,13 +114,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s3.create_bucket(Bucket=bucket)
     lake = home / "lake"
     lake.mkdir()
+    # digits, and a twin recipe that also auto-trains (for the two-datasets-at-once step)
+    recipes = home / "recipes"
+    recipes.mkdir()
+    digits_recipe = (REPO / "recipes" / "digits.toml").read_text()
+    (recipes / "digits.toml").write_text(digits_recipe)
+    (recipes / "twin.toml").write_text(digits_recipe)
     extra = {
         **aws,
         "LAKE_DIR": str(lake),
         "DATA_ROOT": str(home / "data"),
         "CHECKPOINT_URL": f"s3://{bucket}/ckpt",
         "METADATA_DB_URL": db_url,
-        "RECIPES_DIR": str(REPO / "recipes"),
+        "RECIPES_DIR": str(recipes),
         "SETTLE_SECONDS": "1",
         "LAKETRAIN_POLL_SECONDS": "1",
         "LAKETRAIN_KILL_GRACE_SECONDS": "10",
@@ -401,3 +410,47 @@ def test_8_marking_the_launch_failed_stops_the_trainer_cleanly(stack: Stack, sto
     # a retry of this run would resume from it.
     assert row["status"] == "preempted", row
     assert row["checkpoint_url"].startswith(f"s3://{stack.bucket}/ckpt/{run_id}/step-"), row
+
+
+def test_9_two_datasets_in_one_ingest_both_get_trained(stack: Stack, store) -> None:
+    """One ingest commits versions of two auto_train datasets: their events start ONE train
+    run, which trains the newest and triggers a run of its own for the other."""
+    from pipeline.datasets.queries import list_versions
+    from pipeline.runs import runs_for_version
+
+    known = {r["dag_run_id"] for r in stack.api.dag_runs("train", limit=100)}
+    digits_before = list_versions("digits", store=store)[0]["version_id"]
+    files = {}
+    for d in range(10):
+        for k in range(10):  # more than one default batch (64) of training samples
+            files[f"twin/{d}/t-{d}-{k}.png"] = _png(500 + 10 * d + k)
+        files[f"digits/{d}/together-{d}.png"] = _png(700 + d)
+    drop_files(stack.lake, files)
+    deadline = time.monotonic() + TIMEOUT
+    targets: dict[str, str] = {}
+    while time.monotonic() < deadline and len(targets) < 2:
+        twin = list_versions("twin", store=store)
+        digits = list_versions("digits", store=store)
+        if twin and digits[0]["version_id"] != digits_before:
+            targets = {"twin": twin[0]["version_id"], "digits": digits[0]["version_id"]}
+        time.sleep(1.0)
+    assert len(targets) == 2, stack.logs_tail()
+    deadline = time.monotonic() + TIMEOUT + 240
+    while time.monotonic() < deadline:
+        runs = {d: runs_for_version(v, store=store) for d, v in targets.items()}
+        final = {
+            d: [r["status"] for r in rs if r["status"] in ("succeeded", "failed", "preempted")]
+            for d, rs in runs.items()
+        }
+        if all(final.values()):
+            break
+        time.sleep(2.0)
+    assert final == {"twin": ["succeeded"], "digits": ["succeeded"]}, (
+        [(r["dataset"], r["status"], r.get("error")) for rs in runs.values() for r in rs],
+        stack.logs_tail(),
+    )
+    new_runs = [r for r in stack.api.dag_runs("train", limit=100) if r["dag_run_id"] not in known]
+    # the asset event started one run; the other dataset's run was triggered by it
+    assert sorted(r["run_type"] for r in new_runs) == ["asset_triggered", "operator_triggered"], (
+        new_runs
+    )

@@ -79,3 +79,39 @@ def test_missing_version_names_the_reference_and_what_exists(store, lt_env: Path
         tasks.RunRefused, match="^dataset_version: .*'nope'.*no committed version yet"
     ):
         tasks.resolve_version(TrainParams(dataset="digits", dataset_version="nope"))
+
+
+class Event:
+    def __init__(self, extra: dict, timestamp: str) -> None:
+        self.extra, self.timestamp = extra, timestamp
+
+
+def test_triggering_versions_keeps_the_newest_per_dataset_newest_last() -> None:
+    events = {
+        "laketrain://datasets/auto": [
+            Event({"dataset": "auto", "version_id": "a1"}, "2026-01-01T00:00:01"),
+            Event({"dataset": "auto", "version_id": "a2"}, "2026-01-01T00:00:03"),
+        ],
+        "laketrain://datasets/other": [
+            Event({"dataset": "other", "version_id": "o1"}, "2026-01-01T00:00:02"),
+            Event({"from_trigger": True}, "2026-01-01T00:00:04"),
+        ],
+    }
+    assert tasks.triggering_versions(events) == [
+        {"dataset": "other", "version_id": "o1"},
+        {"dataset": "auto", "version_id": "a2"},
+    ]
+    assert tasks.triggering_versions(None) == []
+
+
+def test_other_datasets_of_the_same_event_get_their_own_runs(recipes: Path) -> None:
+    (recipes / "auto2.toml").write_text('modality = "image"\nauto_train = true\n')
+    versions = [
+        {"dataset": "manual", "version_id": "m1"},
+        {"dataset": "auto2", "version_id": "b1"},
+        {"dataset": "auto", "version_id": "a1"},
+    ]
+    confs = tasks.fan_out_confs(FORM, versions)
+    assert confs == [
+        {**FORM, "dataset": "auto2", "dataset_version": "b1"}
+    ]  # not manual, not the one trained here
