@@ -57,7 +57,6 @@ from pipeline.metadata.datasets import (
     ProcessedSample,
     Segment,
     VersionInvalid,
-    VersionSample,
     VersionSegment,
 )
 from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK, LedgerFile
@@ -66,8 +65,9 @@ from pipeline.metadata.store import MetadataStore, open_store
 DEFAULT_MAX_FILES = 512
 DEFAULT_MAX_BYTES = 256 << 20
 _INSERT_BATCH = 5000
-# One encoder for every metadata.jsonl line: json.dumps with options builds one per call.
-_JSONL = json.JSONEncoder(sort_keys=True)
+# What json.dumps does to one string (ensure_ascii), without its per-call checks: this runs
+# once per sample on every commit.
+_json_string = json.encoder.encode_basestring_ascii
 
 
 # ---- values that travel between the steps (XCom-safe) -----------------------------------------
@@ -263,14 +263,15 @@ def _files_to_process(session: Session, dataset: str, rh: str) -> list[tuple]:
     """(path, md5, size) of the dataset's current files whose content has no processed sample
     under recipe ``rh``, by path: one anti-join on the (md5, recipe_hash) key, so a build that
     adds 1 % of files reads 1 % of rows, not a set of every md5 ever processed."""
-    return _driver_rows(
+    rows = _driver_rows(
         session,
         "SELECT l.path, l.md5, l.size FROM ledger_files l "
         "WHERE l.dataset = ? AND l.deleted_at IS NULL AND l.md5 IS NOT NULL AND l.status IN (?, ?) "
-        "AND NOT EXISTS (SELECT 1 FROM processed_samples p WHERE p.md5 = l.md5 AND p.recipe_hash = ?) "
-        "ORDER BY l.path",
+        "AND NOT EXISTS (SELECT 1 FROM processed_samples p WHERE p.md5 = l.md5 AND p.recipe_hash = ?)",
         (dataset, STATUS_OK, STATUS_INVALID, rh),
     )
+    rows.sort()  # by path, in code point order like commit (a SQL ORDER BY follows the collation)
+    return rows
 
 
 def _current_files(session: Session, dataset: str, rh: str) -> tuple[list[tuple], dict[str, _Processed]]:
@@ -651,8 +652,7 @@ def _assemble(recipe, files, processed, sidecar) -> tuple[list[_Sample], list[di
     invalid: list[dict] = []
     # Rows per source sample under this recipe: the original + its augmented copies.
     per_sample = recipe.augment.copies + 1
-    seen_md5: set[str] = set()
-    split_by_md5: dict[str, str] = {}
+    split_by_md5: dict[str, str] = {}  # also: the contents already seen (duplicates)
     rule = recipe.labels.rule
     sidecar_path = f"/{recipe.labels.file}" if rule == "sidecar" else None
     for path, md5, size, mtime, status, error in files:
@@ -681,10 +681,13 @@ def _assemble(recipe, files, processed, sidecar) -> tuple[list[_Sample], list[di
                 continue
         # A content's split is decided once, by its first path, so duplicates never straddle it.
         split = split_by_md5.get(md5)
+        duplicate = split is not None
         if split is None:
             split = split_by_md5[md5] = recipe.split_for(path, md5)
-        duplicate = md5 in seen_md5
-        seen_md5.add(md5)
+        if ps.n_rows == 1 and content_labels is None and lines is None:
+            # The common case (one image per file): no per-row loop.
+            samples.append(_Sample(path, md5, path_label, split, ps.segment_id, ps.row, size, mtime, duplicate, None, 0))
+            continue
         for k in range(ps.n_rows):
             copy = k % per_sample
             if copy and split == "val":
@@ -706,12 +709,10 @@ def _latest(session: Session, dataset: str) -> DatasetVersion | None:
 
 
 def _version_paths(session: Session, version_id: str) -> dict[str, tuple[str, str | None]]:
-    t = VersionSample.__table__
-    rows = session.connection().execute(
-        select(t.c.path, t.c.md5, t.c.label).where(t.c.version_id == version_id).order_by(t.c.idx)
-    )
+    rows = _driver_rows(session, "SELECT idx, path, md5, label FROM version_samples WHERE version_id = ?", (version_id,))
+    rows.sort()  # by idx (unique per version): cheaper here than SQLite's temp B-tree
     out: dict[str, tuple[str, str | None]] = {}
-    for path, md5, label in rows.all():
+    for _idx, path, md5, label in rows:
         out.setdefault(path, (md5, label))
     return out
 
@@ -726,11 +727,20 @@ def path_diff(old: dict[str, tuple], new: dict[str, tuple]) -> dict[str, list[st
 
 
 def _diff(parent_rows: dict, samples: list[_Sample]) -> dict[str, int]:
+    """The counts of path_diff(parent_rows, {path: (md5, label)}), without building the lists."""
     new: dict[str, tuple] = {}
     for s in samples:
-        new.setdefault(s.path, (s.md5, s.label))
-    d = path_diff(parent_rows, new)
-    return {k: len(v) for k, v in d.items()}
+        if s.path not in new:
+            new[s.path] = (s.md5, s.label)
+    added = changed = 0
+    get = parent_rows.get
+    for path, value in new.items():
+        old = get(path)
+        if old is None:
+            added += 1
+        elif old != value:
+            changed += 1
+    return {"added": added, "removed": len(parent_rows) - (len(new) - added), "changed": changed}
 
 
 def _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, diff, session) -> dict:
@@ -843,7 +853,8 @@ def _publish(folder: Path, manifest: dict, samples: list[_Sample], invalid: list
     try:
         seg_pos = {s["id"]: i for i, s in enumerate(manifest["segments"])}
         classes = {c: i for i, c in enumerate(manifest["classes"])}
-        lines = [_metadata_line(i, s) for i, s in enumerate(samples)]
+        label_json: dict[str | None, str] = {}
+        lines = [_metadata_line(i, s, label_json) for i, s in enumerate(samples)]
         raw = mf.manifest_bytes(manifest)
         # Every file, the manifest last, is synced before the staging folder is renamed into
         # place (the publish point). A staging folder is never read, only removed, so its files
@@ -867,35 +878,24 @@ def _publish(folder: Path, manifest: dict, samples: list[_Sample], invalid: list
     return hashlib.sha256(raw).hexdigest()
 
 
-def _json_str(value: str | None) -> str:
-    return "null" if value is None else _JSONL.encode(value)
-
-
-def _json_num(value: int | None) -> str:
-    return "null" if value is None else str(int(value))
-
-
-def _metadata_line(i: int, s: _Sample) -> str:
+def _metadata_line(i: int, s: _Sample, labels: dict[str | None, str] | None = None) -> str:
     """One metadata.jsonl line, keys sorted, exactly what json.dumps(sort_keys=True) writes;
-    formatted by hand because this runs once per sample on every commit (3x faster)."""
-    parts = [f'"copy": {s.copy}'] if s.copy else []
-    parts += [
-        f'"duplicate": {"true" if s.duplicate else "false"}',
-        f'"index": {i}',
-        f'"label": {_json_str(s.label)}',
-    ]
-    if s.line is not None:
-        parts.append(f'"line": {int(s.line)}')
-    parts += [
-        f'"md5": "{s.md5}"',  # hex digests and split names never need escaping
-        f'"mtime_ns": {_json_num(s.mtime_ns)}',
-        f'"path": {_json_str(s.path)}',
-        f'"row": {int(s.row)}',
-        f'"segment": "{s.segment_id}"',
-        f'"size": {_json_num(s.size)}',
-        f'"split": "{s.split}"',
-    ]
-    return "{" + ", ".join(parts) + "}"
+    formatted by hand, in one f-string, because this runs once per sample on every commit.
+    ``labels`` caches the JSON form of each label (a handful of classes)."""
+    label = labels.get(s.label) if labels is not None else None
+    if label is None:
+        label = "null" if s.label is None else _json_string(s.label)
+        if labels is not None:
+            labels[s.label] = label
+    copy = f'"copy": {s.copy}, ' if s.copy else ""
+    line = f'"line": {int(s.line)}, ' if s.line is not None else ""
+    # hex digests and split names never need escaping
+    return (
+        f'{{{copy}"duplicate": {"true" if s.duplicate else "false"}, "index": {i}, "label": {label}, '
+        f'{line}"md5": "{s.md5}", "mtime_ns": {"null" if s.mtime_ns is None else int(s.mtime_ns)}, '
+        f'"path": {_json_string(s.path)}, "row": {int(s.row)}, "segment": "{s.segment_id}", '
+        f'"size": {"null" if s.size is None else int(s.size)}, "split": "{s.split}"}}'
+    )
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
