@@ -97,6 +97,18 @@ def test_training_journey_from_the_trigger_form_to_the_version_page(page, ui_sta
     page.get_by_role("button", name="Trigger Dag").click()
     form = page.get_by_role("dialog")
     form.get_by_text("Dataset version").first.wait_for()
+    # Every run parameter carries a description under its field (a user has nothing else).
+    helps = form.evaluate(
+        """el => Array.from(el.querySelectorAll('label[data-part=label][data-required]')).map(l => {
+             const root = l.closest('[data-scope=field][data-part=root]');
+             const h = root && root.querySelector('[data-part=helper-text]');
+             return [l.textContent.replace('*', '').trim(), h ? h.textContent.trim() : ''];
+           })"""
+    )
+    assert len(helps) >= 4 and {"Dataset", "Dataset version", "Epochs"} <= {
+        name for name, _ in helps
+    }
+    assert [name for name, text in helps if not text] == [], helps
     # Dataset: a select built from the recipes; version: pinned by a unique id prefix.
     form.locator("input[name=element_dataset]").locator("xpath=..").get_by_role("combobox").click()
     page.get_by_role("option", name="digits", exact=True).click()
