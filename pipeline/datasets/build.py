@@ -747,20 +747,35 @@ def _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, 
     from pipeline.datasets.preprocess import sample_dtype, sample_shape
 
     created = utcnow()
-    classes = sorted({s.label for s in samples if s.label is not None})
-    seg_ids = sorted({s.segment_id for s in samples})
+    # One pass over the samples for every count the manifest holds (this runs per sample on
+    # every commit): labels, segments, per-split class counts, train weight per content.
+    seg_set: set[str] = set()
+    paths: set[str] = set()
+    dup_paths: set[str] = set()
+    split_n = {"train": 0, "val": 0}
+    split_counts: dict[str, dict[str, int]] = {"train": {}, "val": {}}
+    train_weights: dict[str, int] = {}
+    for s in samples:
+        seg_set.add(s.segment_id)
+        paths.add(s.path)
+        if s.duplicate:
+            dup_paths.add(s.path)
+        split_n[s.split] += 1
+        if s.label is not None:  # unlabelled samples count in "samples" only
+            counts = split_counts[s.split]
+            counts[s.label] = counts.get(s.label, 0) + 1
+        if s.split == "train":
+            train_weights[s.md5] = train_weights.get(s.md5, 0) + 1
+    classes = sorted(set(split_counts["train"]) | set(split_counts["val"]))
+    seg_ids = sorted(seg_set)
     seg_rows = {
         s.segment_id: s for s in session.scalars(select(Segment).where(Segment.segment_id.in_(seg_ids)))
     } if seg_ids else {}
-    per_split: dict[str, dict] = {}
-    for split in ("train", "val"):
-        subset = [s for s in samples if s.split == split]
-        counts: dict[str, int] = {}
-        for s in subset:
-            if s.label is not None:  # unlabelled samples count in "samples" only
-                counts[s.label] = counts.get(s.label, 0) + 1
-        per_split[split] = {"samples": len(subset), "classes": dict(sorted(counts.items()))}
-    mean, std = _train_mean_std(samples, processed)
+    per_split = {
+        split: {"samples": split_n[split], "classes": dict(sorted(split_counts[split].items()))}
+        for split in ("train", "val")
+    }
+    mean, std = _train_mean_std(train_weights, processed)
     shape = list(sample_shape(recipe))
     if samples and -1 in shape:
         info = seg_rows.get(samples[0].segment_id)
@@ -783,8 +798,8 @@ def _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, 
             "samples": len(samples),
             "train": per_split["train"]["samples"],
             "val": per_split["val"]["samples"],
-            "files": len({s.path for s in samples}),
-            "duplicates": len({s.path for s in samples if s.duplicate}),
+            "files": len(paths),
+            "duplicates": len(dup_paths),
             "invalid": len(invalid),
             "per_split": per_split,
         },
@@ -815,13 +830,9 @@ def _segment_shape(seg: Segment | None) -> list[int] | None:
         return None
 
 
-def _train_mean_std(samples: list[_Sample], processed: dict[str, _Processed]) -> tuple[list[float], list[float]]:
+def _train_mean_std(weights: dict[str, int], processed: dict[str, _Processed]) -> tuple[list[float], list[float]]:
     """Per-channel mean/std of the train split (0..255 for images), from the per-content sums
-    recorded by process: weighted by how many train samples each content contributes."""
-    weights: dict[str, int] = {}
-    for s in samples:
-        if s.split == "train":
-            weights[s.md5] = weights.get(s.md5, 0) + 1
+    recorded by process: weighted by how many train samples (``weights``) each content gives."""
     scales: list[float] = []
     texts: list[str] = []
     for md5, n in weights.items():
