@@ -264,19 +264,20 @@ def class_split_counts(
     session: Session, version_id: str, manifest: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Samples per class and split: from the manifest's per-split counts when it has them
-    (a version of 100,000 samples then costs no scan), else grouped in SQL."""
-    per_split = (
-        (manifest.get("counts") or {}).get("per_split")
-        if isinstance(manifest.get("counts"), dict)
-        else None
-    )
-    by_label: dict[str, dict[str, int]] = {}
+    (a version of 100,000 samples then costs no scan), else grouped in SQL. Unlabelled samples
+    (the manifest counts them per split but under no class) come last, with label None."""
+    counts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
+    per_split = counts.get("per_split")
+    by_label: dict[str | None, dict[str, int]] = {}
     if isinstance(per_split, dict) and all(
         isinstance(v, dict) and "classes" in v for v in per_split.values()
     ):
         for split, info in per_split.items():
             for label, n in info["classes"].items():
                 by_label.setdefault(label, {})[split] = int(n)
+            rest = int(info.get("samples", 0)) - sum(int(n) for n in info["classes"].values())
+            if rest > 0:
+                by_label.setdefault(None, {})[split] = rest
     else:
         rows = session.execute(
             select(VersionSample.label, VersionSample.split, func.count())
@@ -284,15 +285,16 @@ def class_split_counts(
             .group_by(VersionSample.label, VersionSample.split)
         ).all()
         for label, split, n in rows:
-            by_label.setdefault(label if label is not None else "", {})[split] = n
+            by_label.setdefault(label, {})[split] = n
+    ordered = sorted(k for k in by_label if k is not None) + ([None] if None in by_label else [])
     return [
         {
             "label": label,
-            "train": c.get("train", 0),
-            "val": c.get("val", 0),
-            "total": sum(c.values()),
+            "train": by_label[label].get("train", 0),
+            "val": by_label[label].get("val", 0),
+            "total": sum(by_label[label].values()),
         }
-        for label, c in sorted(by_label.items())
+        for label in ordered
     ]
 
 

@@ -83,5 +83,7 @@ def version_grid(store: Any, ref: str, *, per_class: int = 6, data_root: Any = N
     rows: dict[str, list[np.ndarray]] = {}
     for p in picks:
         x, _y = reader[p["idx"]]
-        rows.setdefault(p["label"] if p["label"] is not None else "", []).append(np.asarray(x))
+        rows.setdefault(p["label"] if p["label"] is not None else "(unlabelled)", []).append(
+            np.asarray(x)
+        )
     return render_grid(list(rows.items()))

@@ -48,7 +48,7 @@ def add_versions(store, versions: list[SynthVersion], *, start: datetime | None 
             removed = len(prev.keys() - v.files.keys())
             changed = sum(1 for p in v.files.keys() & prev.keys() if v.files[p] != prev[p])
             splits = [split_of(m) for m, _ in v.files.values()]
-            labels = sorted({lab for _, lab in v.files.values()})
+            labels = sorted({lab for _, lab in v.files.values() if lab is not None})
             manifest = {
                 "format_version": 1,
                 "modality": "image",

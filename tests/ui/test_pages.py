@@ -13,7 +13,7 @@ from fastapi import HTTPException
 from fastapi.testclient import TestClient
 
 from pipeline.ui.app import create_app
-from tests.ui.synth import add_versions, md5_of, three_versions
+from tests.ui.synth import SynthVersion, add_versions, md5_of, three_versions
 
 
 def _allow() -> None:
@@ -273,3 +273,32 @@ def test_table_versions_show_no_thumbnail_grid(store, client, versions):
         row.manifest = _json.dumps({**_json.loads(row.manifest), "modality": "table"})
     html = client.get(f"/versions/{v}").text
     assert 'class="thumbnails"' not in html and "table" in html
+
+
+def test_unlabelled_samples_are_counted_not_dropped(store):
+    from pipeline.ui.data import class_split_counts
+
+    manifest = {
+        "counts": {
+            "per_split": {
+                "train": {"samples": 7, "classes": {"a": 3}},
+                "val": {"samples": 2, "classes": {}},
+            }
+        }
+    }
+    assert class_split_counts(None, "unused", manifest) == [
+        {"label": "a", "train": 3, "val": 0, "total": 3},
+        {"label": None, "train": 4, "val": 2, "total": 6},
+    ]
+    # Without per-split counts in the manifest, SQL groups the rows: None stays None, last.
+    v = SynthVersion("raw", {"raw/x.jpg": (md5_of("x"), None), "raw/y.jpg": (md5_of("y"), "b")})
+    add_versions(store, [v])
+    rows = class_split_counts_via_store(store, v.version_id)
+    assert [r["label"] for r in rows] == ["b", None] and sum(r["total"] for r in rows) == 2
+
+
+def class_split_counts_via_store(store, version_id):
+    from pipeline.ui.data import class_split_counts
+
+    with store.session() as s:
+        return class_split_counts(s, version_id, {})
