@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from sqlalchemy import delete, insert, select, update
@@ -301,9 +302,10 @@ def _current_files(session: Session, dataset: str, rh: str) -> tuple[list[tuple]
                 f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ? AND md5 IN ({', '.join('?' * len(chunk))})",
                 (rh, *chunk),
             )
+    make = _Processed._make
     for r in rows:
         if r[0] in wanted:
-            processed[r[0]] = _Processed(*r)
+            processed[r[0]] = make(r)
     return files, processed
 
 
@@ -632,8 +634,10 @@ def commit(
         return _version_of(row)
 
 
-@dataclass(slots=True)
-class _Processed:
+class _Processed(NamedTuple):
+    """One processed_samples row as read by commit: a tuple, built straight from the driver's
+    row (one per content of the dataset on every commit)."""
+
     md5: str
     segment_id: str | None
     row: int
