@@ -590,9 +590,12 @@ def commit(
     with store.session() as session:
         _take_lock(session, dataset)
         files, processed = _current_files(session, dataset, rh)
-        samples, invalid = _assemble(recipe, files, processed, sidecar)
-        version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
         latest = _latest(session, dataset)
+        parent_rows, known_splits = _version_paths(session, latest.version_id) if latest else ({}, {})
+        if latest is None or latest.recipe_hash != rh or recipe.split.group_regex:
+            known_splits = {}  # a split depends on the md5 alone only under the same recipe, without group_regex
+        samples, invalid = _assemble(recipe, files, processed, sidecar, known_splits)
+        version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
         if latest is not None and latest.version_id == version_id:
             return None
         existing = session.get(DatasetVersion, version_id)
@@ -600,7 +603,6 @@ def commit(
             # The lake went back to the content of an older version: that version is it.
             return _version_of(existing)
         parent = latest
-        parent_rows = _version_paths(session, parent.version_id) if parent else {}
         diff = _diff(parent_rows, samples)
         folder = mf.version_dir(data_root, dataset, version_id)
         _clean_staging(folder.parent)
@@ -650,8 +652,11 @@ class _Processed(NamedTuple):
     stats: str | None
 
 
-def _assemble(recipe, files, processed, sidecar) -> tuple[list[_Sample], list[dict]]:
-    """Samples in (path, row) order, and the files/lines left out with their reason."""
+def _assemble(recipe, files, processed, sidecar, known_splits: dict[str, str] | None = None) -> tuple[list[_Sample], list[dict]]:
+    """Samples in (path, row) order, and the files/lines left out with their reason.
+    ``known_splits`` (md5 -> split, from the parent version under the same recipe) spares
+    recomputing the split hash of every content already placed."""
+    known_splits = known_splits or {}
     samples: list[_Sample] = []
     invalid: list[dict] = []
     # Rows per source sample under this recipe: the original + its augmented copies.
@@ -687,7 +692,8 @@ def _assemble(recipe, files, processed, sidecar) -> tuple[list[_Sample], list[di
         split = split_by_md5.get(md5)
         duplicate = split is not None
         if split is None:
-            split = split_by_md5[md5] = recipe.split_for(path, md5)
+            split = known_splits.get(md5) or recipe.split_for(path, md5)
+            split_by_md5[md5] = split
         if ps.n_rows == 1 and content_labels is None and lines is None:
             # The common case (one image per file): no per-row loop.
             samples.append(_Sample(path, md5, path_label, split, ps.segment_id, ps.row, size, mtime, duplicate, None, 0))
@@ -712,13 +718,17 @@ def _latest(session: Session, dataset: str) -> DatasetVersion | None:
     ).first()
 
 
-def _version_paths(session: Session, version_id: str) -> dict[str, tuple[str, str | None]]:
-    rows = _driver_rows(session, "SELECT idx, path, md5, label FROM version_samples WHERE version_id = ?", (version_id,))
+def _version_paths(session: Session, version_id: str) -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
+    """{path: (md5, label)} of a version's samples (its first row per path), and {md5: split}."""
+    rows = _driver_rows(session, "SELECT idx, path, md5, label, split FROM version_samples WHERE version_id = ?", (version_id,))
     rows.sort()  # by idx (unique per version): cheaper here than SQLite's temp B-tree
     out: dict[str, tuple[str, str | None]] = {}
-    for _idx, path, md5, label in rows:
-        out.setdefault(path, (md5, label))
-    return out
+    splits: dict[str, str] = {}
+    for _idx, path, md5, label, split in rows:
+        if path not in out:
+            out[path] = (md5, label)
+        splits[md5] = split
+    return out, splits
 
 
 def path_diff(old: dict[str, tuple], new: dict[str, tuple]) -> dict[str, list[str]]:
