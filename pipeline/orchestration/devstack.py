@@ -159,10 +159,10 @@ def airflow_env(cfg: StackConfig, base: Mapping[str, str] | None = None) -> dict
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(
                 cfg.home / "simple_auth_manager_passwords.json"
             ),
-            # The trigger class and the task bodies are imported from this repository.
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (str(cfg.root), env.get("PYTHONPATH", "")) if p
-            ),
+            # The trigger class and the task bodies come from the installed (editable) package.
+            # The repository root must NOT be on PYTHONPATH: its laketrain.egg-info would make
+            # Airflow find the plugin's entry point twice ("already registered" in the UI).
+            "PYTHONPATH": env.get("PYTHONPATH", ""),
             # pipeline.settings resolves var/lake, var/data, var/objects, recipes/ from here.
             "LAKETRAIN_HOME": str(cfg.root),
         }
