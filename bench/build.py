@@ -25,7 +25,9 @@ WORK = Path(__file__).resolve().parent / "_work" / "build"
 RECIPE = 'modality = "image"\n[image]\nsize = 96\nchannels = 3\nresize = "center_crop"\n[split]\nval_fraction = 0.2\n'
 
 
-def make_images(lake: Path, count: int, start: int = 0, *, classes: int = 10, w: int = 320, h: int = 240) -> list[Path]:
+def make_images(
+    lake: Path, count: int, start: int = 0, *, classes: int = 10, w: int = 320, h: int = 240
+) -> list[Path]:
     import numpy as np
     from PIL import Image
     from sklearn.datasets import load_sample_images
@@ -52,13 +54,15 @@ def make_images(lake: Path, count: int, start: int = 0, *, classes: int = 10, w:
 
 
 def setup_env(work: Path) -> None:
-    os.environ.update({
-        "LAKETRAIN_HOME": str(work),
-        "LAKE_DIR": str(work / "lake"),
-        "DATA_ROOT": str(work / "data"),
-        "METADATA_DB_URL": f"sqlite:///{work / 'data' / 'metadata.db'}",
-        "SETTLE_SECONDS": "0",
-    })
+    os.environ.update(
+        {
+            "LAKETRAIN_HOME": str(work),
+            "LAKE_DIR": str(work / "lake"),
+            "DATA_ROOT": str(work / "data"),
+            "METADATA_DB_URL": f"sqlite:///{work / 'data' / 'metadata.db'}",
+            "SETTLE_SECONDS": "0",
+        }
+    )
     (work / "recipes").mkdir(parents=True, exist_ok=True)
     (work / "recipes" / "bench.toml").write_text(RECIPE)
 
@@ -101,7 +105,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--images", type=int, default=5000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--full-runs", type=int, default=3, help="full builds, each on a fresh store; the median is reported")
+    ap.add_argument(
+        "--full-runs",
+        type=int,
+        default=3,
+        help="full builds, each on a fresh store; the median is reported",
+    )
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
 
@@ -126,7 +135,9 @@ def main() -> None:
         data = WORK / ("data" if k == args.full_runs - 1 else f"data-full{k}")
         use_store(data)
         fulls.append(timed_build(args.workers))
-        assert fulls[-1][1].version is not None and fulls[-1][1].version.samples == args.images, fulls[-1][1].to_dict()
+        assert fulls[-1][1].version is not None and fulls[-1][1].version.samples == args.images, (
+            fulls[-1][1].to_dict()
+        )
         if data.name != "data":
             shutil.rmtree(data)
     full_s = sorted(t for t, _ in fulls)[len(fulls) // 2]
@@ -156,15 +167,22 @@ def main() -> None:
         (
             f"full build (scan + decode + publish), median of {args.full_runs}",
             f"{full_s:.2f} s ({args.images / full_s:,.0f} images/s): {full_phases}; all runs "
-            + ", ".join(f"{t:.2f}" for t, _ in fulls) + " s",
+            + ", ".join(f"{t:.2f}" for t, _ in fulls)
+            + " s",
         ),
-        ("baseline: Pillow decode loop, 1 process", f"{base_s:.2f} s ({args.images / base_s:,.0f} images/s)"),
+        (
+            "baseline: Pillow decode loop, 1 process",
+            f"{base_s:.2f} s ({args.images / base_s:,.0f} images/s)",
+        ),
         ("full build / Pillow loop", f"{base_s / full_s:.2f}x the loop's throughput"),
         (
             f"incremental build (+{extra} files, 1 %), median of 3",
             f"{inc_s * 1000:.0f} ms, {inc.decoded} decoded: {phases}; all runs {inc_all} ms",
         ),
-        ("incremental / full", f"{ratio * 100:.2f} % (target <= 3 %) {'OK' if ratio <= 0.03 else 'MISSED'}"),
+        (
+            "incremental / full",
+            f"{ratio * 100:.2f} % (target <= 3 %) {'OK' if ratio <= 0.03 else 'MISSED'}",
+        ),
         ("no-change rebuild", f"{none_s * 1000:.0f} ms, {none.decoded} decoded, no version"),
         (
             "per sample: decode + segment write (full build, process phase)",

@@ -29,13 +29,15 @@ RECIPE = 'modality = "image"\nformat = "{fmt}"\n[image]\nsize = 64\nchannels = 3
 
 
 def setup(images: int) -> None:
-    os.environ.update({
-        "LAKETRAIN_HOME": str(WORK),
-        "LAKE_DIR": str(WORK / "lake"),
-        "DATA_ROOT": str(WORK / "data"),
-        "METADATA_DB_URL": f"sqlite:///{WORK / 'data' / 'metadata.db'}",
-        "SETTLE_SECONDS": "0",
-    })
+    os.environ.update(
+        {
+            "LAKETRAIN_HOME": str(WORK),
+            "LAKE_DIR": str(WORK / "lake"),
+            "DATA_ROOT": str(WORK / "data"),
+            "METADATA_DB_URL": f"sqlite:///{WORK / 'data' / 'metadata.db'}",
+            "SETTLE_SECONDS": "0",
+        }
+    )
     (WORK / "recipes").mkdir(parents=True, exist_ok=True)
     make_images(WORK / "lake", images)
     # The same files under two datasets, one per storage format.
@@ -66,7 +68,9 @@ def best_of_pair(fa, fb, repeat: int = 5) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--images", type=int, default=5000)
-    ap.add_argument("--reads", type=int, default=20000, help="random single-sample reads per contender")
+    ap.add_argument(
+        "--reads", type=int, default=20000, help="random single-sample reads per contender"
+    )
     ap.add_argument("--decodes", type=int, default=500, help="JPEG decodes for the baseline")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--no-write", action="store_true")
@@ -124,7 +128,10 @@ def main() -> None:
 
     recipe = load_recipe("rnpy")
     pre = preprocessor_for(recipe)
-    files = [str(WORK / "lake" / rn.metadata(int(i))["path"]) for i in rng.integers(0, n, size=args.decodes)]
+    files = [
+        str(WORK / "lake" / rn.metadata(int(i))["path"])
+        for i in rng.integers(0, n, size=args.decodes)
+    ]
 
     def jpeg_decode() -> float:
         t = time.perf_counter()
@@ -174,12 +181,18 @@ def main() -> None:
         ("baseline: raw np.memmap, random single samples", f"{m_single:,.0f} samples/s"),
         ("npy single / raw memmap", ok(r_single / m_single, 0.8)),
         (f"npy reader get_batch({args.batch}), random", f"{r_batch:,.0f} samples/s"),
-        (f"baseline: raw np.memmap fancy index ({args.batch}), random", f"{m_batch:,.0f} samples/s"),
+        (
+            f"baseline: raw np.memmap fancy index ({args.batch}), random",
+            f"{m_batch:,.0f} samples/s",
+        ),
         ("npy batch / raw memmap batch", ok(r_batch / m_batch, 0.8)),
         ("baseline: decoding the source JPEGs (same preprocessor)", f"{jpeg:,.0f} samples/s"),
         ("npy single / JPEG decoding", ok(r_single / jpeg, 15)),
         ("npy batch / JPEG decoding", ok(r_batch / jpeg, 15)),
-        (f"zarr reader get_batch({args.batch}), chunk-aware epoch order", f"{z_epoch:,.0f} samples/s"),
+        (
+            f"zarr reader get_batch({args.batch}), chunk-aware epoch order",
+            f"{z_epoch:,.0f} samples/s",
+        ),
         ("zarr chunk-aware / raw memmap batch", f"{z_epoch / m_batch:.2f}x"),
         ("zarr chunk-aware / JPEG decoding", ok(z_epoch / jpeg, 15)),
         ("zarr reader, random single samples (for contrast)", f"{z_single:,.0f} samples/s"),

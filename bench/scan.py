@@ -125,7 +125,10 @@ def main() -> None:
         dvc_lines = run_dvc(lake)
 
     rows = [
-        ("cold scan (empty ledger)", f"{args.files / cold_s:,.0f} files/s ({total_mb / cold_s:,.0f} MB/s)"),
+        (
+            "cold scan (empty ledger)",
+            f"{args.files / cold_s:,.0f} files/s ({total_mb / cold_s:,.0f} MB/s)",
+        ),
         ("baseline: hashlib loop, 1 process", f"{args.files / loop_s:,.0f} files/s"),
         ("baseline: hashlib pool, 2 processes", f"{args.files / pool_s:,.0f} files/s"),
         ("cold scan / 2-process pool", f"{pool_s / cold_s:.2f}x (target >= 0.65x)"),

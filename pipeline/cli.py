@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,13 +13,19 @@ from rich.table import Table
 
 from pipeline.settings import SettingsError, get_settings
 
-app = typer.Typer(
-    name="laketrain",
-    help="Versioned datasets from a data lake, and training on them.",
-    no_args_is_help=True,
-    pretty_exit_codes=False,
-) if "pretty_exit_codes" in typer.Typer.__init__.__code__.co_varnames else typer.Typer(
-    name="laketrain", help="Versioned datasets from a data lake, and training on them.", no_args_is_help=True
+app = (
+    typer.Typer(
+        name="laketrain",
+        help="Versioned datasets from a data lake, and training on them.",
+        no_args_is_help=True,
+        pretty_exit_codes=False,
+    )
+    if "pretty_exit_codes" in typer.Typer.__init__.__code__.co_varnames
+    else typer.Typer(
+        name="laketrain",
+        help="Versioned datasets from a data lake, and training on them.",
+        no_args_is_help=True,
+    )
 )
 db_app = typer.Typer(help="The metadata store.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -58,7 +63,9 @@ def db_current() -> None:
 
 @app.command("sample-lake")
 def sample_lake(
-    force: Annotated[bool, typer.Option(help="Write the samples even if the lake has files.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="Write the samples even if the lake has files.")
+    ] = False,
 ) -> None:
     """Create the sample lake (digits PNGs, sample photos) when the lake is empty."""
     from pipeline.lake.sample_lake import create_sample_lake
@@ -66,19 +73,36 @@ def sample_lake(
     lake = get_settings().lake_dir
     written = create_sample_lake(lake, force=force)
     if written:
-        console.print(f"sample lake written to {lake}: " + ", ".join(f"{k} {v} files" for k, v in written.items()))
+        console.print(
+            f"sample lake written to {lake}: "
+            + ", ".join(f"{k} {v} files" for k, v in written.items())
+        )
     else:
         console.print(f"lake {lake} already has data; nothing written")
 
 
-SCAN_COUNTS = ("new", "changed", "renamed", "deleted", "touched", "unchanged", "refused", "unreadable", "settling")
+SCAN_COUNTS = (
+    "new",
+    "changed",
+    "renamed",
+    "deleted",
+    "touched",
+    "unchanged",
+    "refused",
+    "unreadable",
+    "settling",
+)
 
 
 @app.command("scan")
 def scan_cmd(
     dataset: Annotated[str | None, typer.Argument(help="Scan one dataset folder only.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the full change set as JSON.")] = False,
-    wait: Annotated[bool, typer.Option(help="Wait for a running scan of the lake to finish.")] = True,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the full change set as JSON.")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option(help="Wait for a running scan of the lake to finish.")
+    ] = True,
 ) -> None:
     """Walk the lake, hash new or changed files, and record them in the ledger."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
@@ -87,7 +111,9 @@ def scan_cmd(
 
     settings = get_settings()
     show_bar = console.is_terminal and not as_json
-    progress = Progress("hashing", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), disable=not show_bar)
+    progress = Progress(
+        "hashing", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), disable=not show_bar
+    )
     task = progress.add_task("hash", total=None)
     try:
         with progress:
@@ -123,9 +149,14 @@ def scan_cmd(
 
 @app.command("files")
 def files_cmd(
-    path: Annotated[str | None, typer.Option("--path", help="Glob on the lake-relative path, e.g. 'digits/3/*'.")] = None,
+    path: Annotated[
+        str | None,
+        typer.Option("--path", help="Glob on the lake-relative path, e.g. 'digits/3/*'."),
+    ] = None,
     md5: Annotated[str | None, typer.Option("--md5", help="MD5 prefix.")] = None,
-    status: Annotated[str | None, typer.Option("--status", help="ok, unreadable, invalid, refused or deleted.")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help="ok, unreadable, invalid, refused or deleted.")
+    ] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows.")] = 1000,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -144,8 +175,12 @@ def files_cmd(
         table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(
-            row["path"], str(row["size"] if row["size"] is not None else ""), row["md5"] or "",
-            row["status"], str(row["last_seen"])[:19], row["error"] or "",
+            row["path"],
+            str(row["size"] if row["size"] is not None else ""),
+            row["md5"] or "",
+            row["status"],
+            str(row["last_seen"])[:19],
+            row["error"] or "",
         )
     console.print(table)
 

@@ -72,7 +72,9 @@ class Settings(BaseSettings):
     @classmethod
     def _db_url(cls, value: str) -> str:
         if value and "://" not in value:
-            raise ValueError("must be a SQLAlchemy URL such as sqlite:///path or postgresql+psycopg://...")
+            raise ValueError(
+                "must be a SQLAlchemy URL such as sqlite:///path or postgresql+psycopg://..."
+            )
         return value
 
     @property

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-PG_ADMIN_URL = os.environ.get("LAKETRAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "LAKETRAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 
 
 def _pg_available() -> bool:

@@ -11,7 +11,14 @@ from pipeline.settings import SettingsError, load_settings
 
 
 def test_defaults_live_under_var(monkeypatch, tmp_path):
-    for name in ("LAKE_DIR", "DATA_ROOT", "METADATA_DB_URL", "CHECKPOINT_URL", "SETTLE_SECONDS", "HASH_WORKERS"):
+    for name in (
+        "LAKE_DIR",
+        "DATA_ROOT",
+        "METADATA_DB_URL",
+        "CHECKPOINT_URL",
+        "SETTLE_SECONDS",
+        "HASH_WORKERS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("LAKETRAIN_HOME", str(tmp_path))
     s = load_settings()
@@ -24,7 +31,13 @@ def test_defaults_live_under_var(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize(
     ("var", "value"),
-    [("SETTLE_SECONDS", "soon"), ("SETTLE_SECONDS", "-1"), ("HASH_WORKERS", "0"), ("CHECKPOINT_URL", "ftp://x"), ("METADATA_DB_URL", "not a url")],
+    [
+        ("SETTLE_SECONDS", "soon"),
+        ("SETTLE_SECONDS", "-1"),
+        ("HASH_WORKERS", "0"),
+        ("CHECKPOINT_URL", "ftp://x"),
+        ("METADATA_DB_URL", "not a url"),
+    ],
 )
 def test_an_invalid_value_names_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
@@ -36,7 +49,9 @@ def test_the_cli_exits_with_the_variable_name(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "files"],
         env={"PATH": "/usr/bin:/bin", "HASH_WORKERS": "many", "LAKETRAIN_HOME": str(tmp_path)},
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 2
     assert "HASH_WORKERS" in out.stderr

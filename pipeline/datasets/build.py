@@ -98,13 +98,20 @@ class Shard:
 
     def to_dict(self) -> dict:
         return {
-            "dataset": self.dataset, "recipe_hash": self.recipe_hash, "format": self.format,
+            "dataset": self.dataset,
+            "recipe_hash": self.recipe_hash,
+            "format": self.format,
             "files": [[f.md5, f.path, f.size] for f in self.files],
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> Shard:
-        return cls(data["dataset"], data["recipe_hash"], data["format"], [ShardFile(*f) for f in data["files"]])
+        return cls(
+            data["dataset"],
+            data["recipe_hash"],
+            data["format"],
+            [ShardFile(*f) for f in data["files"]],
+        )
 
 
 @dataclass(frozen=True)
@@ -166,9 +173,13 @@ class BuildReport:
 
     def to_dict(self) -> dict:
         return {
-            "dataset": self.dataset, "version": self.version.to_dict() if self.version else None,
-            "shards": self.shards, "decoded": self.decoded, "invalid": self.invalid,
-            "reused_segments": self.reused_segments, "scan": self.scan,
+            "dataset": self.dataset,
+            "version": self.version.to_dict() if self.version else None,
+            "shards": self.shards,
+            "decoded": self.decoded,
+            "invalid": self.invalid,
+            "reused_segments": self.reused_segments,
+            "scan": self.scan,
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
         }
 
@@ -275,7 +286,9 @@ def _files_to_process(session: Session, dataset: str, rh: str) -> list[tuple]:
     return rows
 
 
-def _current_files(session: Session, dataset: str, rh: str) -> tuple[list[tuple], dict[str, _Processed]]:
+def _current_files(
+    session: Session, dataset: str, rh: str
+) -> tuple[list[tuple], dict[str, _Processed]]:
     """(path, md5, size, mtime_ns, status, error) of every file of the dataset now, by path, and
     what recipe ``rh`` made of each of their contents. Two plain reads, joined here: a SQL join
     probes the (md5, recipe_hash) index once per file, measured 2-3x slower on SQLite than
@@ -291,7 +304,9 @@ def _current_files(session: Session, dataset: str, rh: str) -> tuple[list[tuple]
     processed: dict[str, _Processed] = {}
     if len(wanted) > 2000:
         # Cheaper to read the recipe's whole table than to send thousands of bound values.
-        rows = _driver_rows(session, f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ?", (rh,))
+        rows = _driver_rows(
+            session, f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ?", (rh,)
+        )
     else:
         md5s = sorted(wanted)
         rows = []
@@ -378,7 +393,13 @@ def process(
         if shapes and shapes != {expected}:
             # One segment holds one sample shape; a file that disagrees is left out, not fatal.
             got = ", ".join(str(list(sh)) for sh in sorted(shapes))
-            invalid.append({"md5": f.md5, "path": f.path, "reason": f"sample shape {got} != {list(expected or ())} of the other files"})
+            invalid.append(
+                {
+                    "md5": f.md5,
+                    "path": f.path,
+                    "reason": f"sample shape {got} != {list(expected or ())} of the other files",
+                }
+            )
             continue
         start = len(xs)
         labels: list[str | None] = []
@@ -386,7 +407,10 @@ def process(
         for sample in result.samples:
             rows = [sample.x]
             if copies:
-                rows += [augment(sample.x, md5=f.md5, copy_index=k, ops=recipe.augment.ops) for k in range(1, copies + 1)]
+                rows += [
+                    augment(sample.x, md5=f.md5, copy_index=k, ops=recipe.augment.ops)
+                    for k in range(1, copies + 1)
+                ]
             for x in rows:
                 xs.append(x)
                 labels.append(sample.label)
@@ -400,16 +424,18 @@ def process(
                     ys.append(label_index[sample.label])
         n = len(xs) - start
         has_content_labels = any(lab is not None for lab in labels)
-        entries.append({
-            "md5": f.md5,
-            "row": start,
-            "n_rows": n,
-            "per_sample": copies + 1,
-            "labels": labels if has_content_labels else None,
-            "lines": lines if any(v is not None for v in lines) else None,
-            "invalid_rows": [[int(line), reason] for line, reason in result.invalid_rows],
-            "stats": _stats(xs[start:]) if n else None,
-        })
+        entries.append(
+            {
+                "md5": f.md5,
+                "row": start,
+                "n_rows": n,
+                "per_sample": copies + 1,
+                "labels": labels if has_content_labels else None,
+                "lines": lines if any(v is not None for v in lines) else None,
+                "invalid_rows": [[int(line), reason] for line, reason in result.invalid_rows],
+                "stats": _stats(xs[start:]) if n else None,
+            }
+        )
     dtype = sample_dtype(recipe)
     if xs:
         x = np.stack(xs).astype(dtype, copy=False)
@@ -423,20 +449,38 @@ def process(
         # the planned name never stands for a segment that lacks some of its md5s.
         seg_id = segment_id_for(shard.recipe_hash, shard.format, done)
     written = write_segment(
-        data_root, recipe_hash=shard.recipe_hash, segment_id=seg_id, fmt=shard.format, x=x, y=y,
-        info={"dataset": shard.dataset, "labels": label_names, "entries": entries, "invalid": invalid},
+        data_root,
+        recipe_hash=shard.recipe_hash,
+        segment_id=seg_id,
+        fmt=shard.format,
+        x=x,
+        y=y,
+        info={
+            "dataset": shard.dataset,
+            "labels": label_names,
+            "entries": entries,
+            "invalid": invalid,
+        },
     )
     pause_hook("segment_renamed")
     _record_segment(store, shard.dataset, written.info)
-    return _ref(shard, written.info, decoded=0 if written.reused else decoded, reused=written.reused)
+    return _ref(
+        shard, written.info, decoded=0 if written.reused else decoded, reused=written.reused
+    )
 
 
 def _ref(shard: Shard, info: dict, *, decoded: int, reused: bool) -> SegmentRef:
     return SegmentRef(
-        dataset=shard.dataset, recipe_hash=shard.recipe_hash, segment_id=info["segment_id"],
-        format=info["format"], path=segment_relpath(shard.recipe_hash, info["segment_id"]),
-        n_rows=info["n_rows"], n_files=len(info["entries"]) + len(info["invalid"]),
-        decoded=decoded, invalid=len(info["invalid"]), reused=reused,
+        dataset=shard.dataset,
+        recipe_hash=shard.recipe_hash,
+        segment_id=info["segment_id"],
+        format=info["format"],
+        path=segment_relpath(shard.recipe_hash, info["segment_id"]),
+        n_rows=info["n_rows"],
+        n_files=len(info["entries"]) + len(info["invalid"]),
+        decoded=decoded,
+        invalid=len(info["invalid"]),
+        reused=reused,
     )
 
 
@@ -471,33 +515,63 @@ def _record_segment(store: MetadataStore, dataset: str, info: dict) -> None:
         try:
             with store.session() as session:
                 if session.get(Segment, seg_id) is None:
-                    session.add(Segment(
-                        segment_id=seg_id, recipe_hash=rh, format=info["format"],
-                        path=segment_relpath(rh, seg_id), n_rows=info["n_rows"],
-                        size_bytes=info["size_bytes"], sha256=info["sha256"],
-                    ))
+                    session.add(
+                        Segment(
+                            segment_id=seg_id,
+                            recipe_hash=rh,
+                            format=info["format"],
+                            path=segment_relpath(rh, seg_id),
+                            n_rows=info["n_rows"],
+                            size_bytes=info["size_bytes"],
+                            sha256=info["sha256"],
+                        )
+                    )
                     session.flush()
                 md5s = [e["md5"] for e in info["entries"]] + [e["md5"] for e in info["invalid"]]
                 have = _existing_md5s(session, rh, md5s)
                 rows = []
                 for e in info["entries"]:
                     if e["md5"] not in have:
-                        rows.append({
-                            "md5": e["md5"], "recipe_hash": rh, "segment_id": seg_id, "row": e["row"],
-                            "n_rows": e["n_rows"], "status": SAMPLE_OK, "reason": None,
-                            "labels": json.dumps(e["labels"]) if e["labels"] is not None else None,
-                            "lines": json.dumps(e["lines"]) if e["lines"] is not None else None,
-                            "invalid_rows": json.dumps(e["invalid_rows"]) if e["invalid_rows"] else None,
-                            "stats": json.dumps({**(e["stats"] or {}), "per_sample": e.get("per_sample", 1)}),
-                            "created_at": utcnow(),
-                        })
+                        rows.append(
+                            {
+                                "md5": e["md5"],
+                                "recipe_hash": rh,
+                                "segment_id": seg_id,
+                                "row": e["row"],
+                                "n_rows": e["n_rows"],
+                                "status": SAMPLE_OK,
+                                "reason": None,
+                                "labels": json.dumps(e["labels"])
+                                if e["labels"] is not None
+                                else None,
+                                "lines": json.dumps(e["lines"]) if e["lines"] is not None else None,
+                                "invalid_rows": json.dumps(e["invalid_rows"])
+                                if e["invalid_rows"]
+                                else None,
+                                "stats": json.dumps(
+                                    {**(e["stats"] or {}), "per_sample": e.get("per_sample", 1)}
+                                ),
+                                "created_at": utcnow(),
+                            }
+                        )
                 for e in info["invalid"]:
                     if e["md5"] not in have:
-                        rows.append({
-                            "md5": e["md5"], "recipe_hash": rh, "segment_id": seg_id, "row": 0, "n_rows": 0,
-                            "status": SAMPLE_INVALID, "reason": e["reason"], "labels": None, "lines": None,
-                            "invalid_rows": None, "stats": None, "created_at": utcnow(),
-                        })
+                        rows.append(
+                            {
+                                "md5": e["md5"],
+                                "recipe_hash": rh,
+                                "segment_id": seg_id,
+                                "row": 0,
+                                "n_rows": 0,
+                                "status": SAMPLE_INVALID,
+                                "reason": e["reason"],
+                                "labels": None,
+                                "lines": None,
+                                "invalid_rows": None,
+                                "stats": None,
+                                "created_at": utcnow(),
+                            }
+                        )
                 if rows:
                     session.execute(insert(ProcessedSample), rows)
                 ok_md5s = [e["md5"] for e in info["entries"]]
@@ -506,8 +580,10 @@ def _record_segment(store: MetadataStore, dataset: str, info: dict) -> None:
                     session.execute(
                         update(LedgerFile)
                         .where(
-                            LedgerFile.md5.in_(ok_md5s[i : i + 500]), LedgerFile.dataset == dataset,
-                            LedgerFile.status == STATUS_INVALID, LedgerFile.deleted_at.is_(None),
+                            LedgerFile.md5.in_(ok_md5s[i : i + 500]),
+                            LedgerFile.dataset == dataset,
+                            LedgerFile.status == STATUS_INVALID,
+                            LedgerFile.deleted_at.is_(None),
                         )
                         .values(status=STATUS_OK, error=None)
                     )
@@ -515,7 +591,11 @@ def _record_segment(store: MetadataStore, dataset: str, info: dict) -> None:
                     # The scanner keeps this verdict until the file's md5 changes.
                     session.execute(
                         update(LedgerFile)
-                        .where(LedgerFile.md5 == e["md5"], LedgerFile.dataset == dataset, LedgerFile.deleted_at.is_(None))
+                        .where(
+                            LedgerFile.md5 == e["md5"],
+                            LedgerFile.dataset == dataset,
+                            LedgerFile.deleted_at.is_(None),
+                        )
                         .values(status=STATUS_INVALID, error=e["reason"])
                     )
             return
@@ -528,9 +608,13 @@ def _existing_md5s(session: Session, recipe_hash: str, md5s: list[str]) -> set[s
     have: set[str] = set()
     for i in range(0, len(md5s), 1000):
         chunk = md5s[i : i + 1000]
-        have.update(session.scalars(
-            select(ProcessedSample.md5).where(ProcessedSample.recipe_hash == recipe_hash, ProcessedSample.md5.in_(chunk))
-        ))
+        have.update(
+            session.scalars(
+                select(ProcessedSample.md5).where(
+                    ProcessedSample.recipe_hash == recipe_hash, ProcessedSample.md5.in_(chunk)
+                )
+            )
+        )
     return have
 
 
@@ -575,9 +659,13 @@ def commit(
     refs = [SegmentRef.from_dict(r) if isinstance(r, dict) else r for r in segments or []]
     if refs:
         with store.session() as session:
-            recorded = set(session.scalars(
-                select(Segment.segment_id).where(Segment.segment_id.in_([r.segment_id for r in refs]))
-            ))
+            recorded = set(
+                session.scalars(
+                    select(Segment.segment_id).where(
+                        Segment.segment_id.in_([r.segment_id for r in refs])
+                    )
+                )
+            )
         for ref in refs:
             # A segment row is written in the same transaction as its processed samples, so
             # only a segment without one (a crash between rename and record) needs reading.
@@ -591,7 +679,9 @@ def commit(
         _take_lock(session, dataset)
         files, processed = _current_files(session, dataset, rh)
         latest = _latest(session, dataset)
-        parent_rows, known_splits = _version_paths(session, latest.version_id) if latest else ({}, {})
+        parent_rows, known_splits = (
+            _version_paths(session, latest.version_id) if latest else ({}, {})
+        )
         if latest is None or latest.recipe_hash != rh or recipe.split.group_regex:
             known_splits = {}  # a split depends on the md5 alone only under the same recipe, without group_regex
         samples, invalid = _assemble(recipe, files, processed, sidecar, known_splits)
@@ -613,17 +703,29 @@ def commit(
         else:
             if folder.exists():
                 shutil.rmtree(folder)  # cannot be a version: the manifest is in the renamed folder
-            manifest = _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, diff, session)
+            manifest = _manifest(
+                dataset, recipe, version_id, parent, samples, invalid, processed, diff, session
+            )
             manifest_sha = _publish(folder, manifest, samples, invalid)
         pause_hook("commit_renamed")
         row = DatasetVersion(
-            version_id=version_id, dataset=dataset, tag=manifest["tag"], parent_id=manifest["parent"],
-            recipe_hash=rh, format=recipe.format, status=VERSION_COMMITTED,
-            samples=manifest["counts"]["samples"], train=manifest["counts"]["train"],
-            val=manifest["counts"]["val"], files=manifest["counts"]["files"],
-            invalid=manifest["counts"]["invalid"], added=manifest["diff"]["added"],
-            removed=manifest["diff"]["removed"], changed=manifest["diff"]["changed"],
-            path=mf.version_relpath(dataset, version_id), manifest_sha256=manifest_sha,
+            version_id=version_id,
+            dataset=dataset,
+            tag=manifest["tag"],
+            parent_id=manifest["parent"],
+            recipe_hash=rh,
+            format=recipe.format,
+            status=VERSION_COMMITTED,
+            samples=manifest["counts"]["samples"],
+            train=manifest["counts"]["train"],
+            val=manifest["counts"]["val"],
+            files=manifest["counts"]["files"],
+            invalid=manifest["counts"]["invalid"],
+            added=manifest["diff"]["added"],
+            removed=manifest["diff"]["removed"],
+            changed=manifest["diff"]["changed"],
+            path=mf.version_relpath(dataset, version_id),
+            manifest_sha256=manifest_sha,
             manifest=json.dumps(manifest, sort_keys=True),
             created_at=datetime.fromisoformat(manifest["created_at"]),
         )
@@ -632,7 +734,9 @@ def commit(
             session.flush()
         session.add(row)
         session.flush()
-        _insert_version_rows(session, version_id, samples, invalid, [s["id"] for s in manifest["segments"]])
+        _insert_version_rows(
+            session, version_id, samples, invalid, [s["id"] for s in manifest["segments"]]
+        )
         return _version_of(row)
 
 
@@ -652,7 +756,9 @@ class _Processed(NamedTuple):
     stats: str | None
 
 
-def _assemble(recipe, files, processed, sidecar, known_splits: dict[str, str] | None = None) -> tuple[list[_Sample], list[dict]]:
+def _assemble(
+    recipe, files, processed, sidecar, known_splits: dict[str, str] | None = None
+) -> tuple[list[_Sample], list[dict]]:
     """Samples in (path, row) order, and the files/lines left out with their reason.
     ``known_splits`` (md5 -> split, from the parent version under the same recipe) spares
     recomputing the split hash of every content already placed."""
@@ -674,7 +780,9 @@ def _assemble(recipe, files, processed, sidecar, known_splits: dict[str, str] | 
         if ps is None:
             continue  # arrived after the plan: the next build takes it
         if ps.status == SAMPLE_INVALID:
-            invalid.append({"path": path, "md5": md5, "line": None, "reason": ps.reason or "invalid"})
+            invalid.append(
+                {"path": path, "md5": md5, "line": None, "reason": ps.reason or "invalid"}
+            )
             continue
         if ps.invalid_rows:
             for line, reason in json.loads(ps.invalid_rows):
@@ -686,7 +794,14 @@ def _assemble(recipe, files, processed, sidecar, known_splits: dict[str, str] | 
             path_label = recipe.label_for(path, sidecar)
             if path_label is None:
                 where = "labels file" if rule == "sidecar" else "class folder"
-                invalid.append({"path": path, "md5": md5, "line": None, "reason": f"no label: the file has no {where}"})
+                invalid.append(
+                    {
+                        "path": path,
+                        "md5": md5,
+                        "line": None,
+                        "reason": f"no label: the file has no {where}",
+                    }
+                )
                 continue
         # A content's split is decided once, by its first path, so duplicates never straddle it.
         split = split_by_md5.get(md5)
@@ -696,16 +811,41 @@ def _assemble(recipe, files, processed, sidecar, known_splits: dict[str, str] | 
             split_by_md5[md5] = split
         if ps.n_rows == 1 and content_labels is None and lines is None:
             # The common case (one image per file): no per-row loop.
-            samples.append(_Sample(path, md5, path_label, split, ps.segment_id, ps.row, size, mtime, duplicate, None, 0))
+            samples.append(
+                _Sample(
+                    path,
+                    md5,
+                    path_label,
+                    split,
+                    ps.segment_id,
+                    ps.row,
+                    size,
+                    mtime,
+                    duplicate,
+                    None,
+                    0,
+                )
+            )
             continue
         for k in range(ps.n_rows):
             copy = k % per_sample
             if copy and split == "val":
                 continue  # augmented copies are for training only
-            samples.append(_Sample(
-                path, md5, content_labels[k] if content_labels else path_label, split, ps.segment_id,
-                ps.row + k, size, mtime, duplicate, lines[k] if lines else None, copy,
-            ))
+            samples.append(
+                _Sample(
+                    path,
+                    md5,
+                    content_labels[k] if content_labels else path_label,
+                    split,
+                    ps.segment_id,
+                    ps.row + k,
+                    size,
+                    mtime,
+                    duplicate,
+                    lines[k] if lines else None,
+                    copy,
+                )
+            )
     return samples, invalid
 
 
@@ -718,9 +858,15 @@ def _latest(session: Session, dataset: str) -> DatasetVersion | None:
     ).first()
 
 
-def _version_paths(session: Session, version_id: str) -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
+def _version_paths(
+    session: Session, version_id: str
+) -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
     """{path: (md5, label)} of a version's samples (its first row per path), and {md5: split}."""
-    rows = _driver_rows(session, "SELECT idx, path, md5, label, split FROM version_samples WHERE version_id = ?", (version_id,))
+    rows = _driver_rows(
+        session,
+        "SELECT idx, path, md5, label, split FROM version_samples WHERE version_id = ?",
+        (version_id,),
+    )
     rows.sort()  # by idx (unique per version): cheaper here than SQLite's temp B-tree
     out: dict[str, tuple[str, str | None]] = {}
     splits: dict[str, str] = {}
@@ -757,7 +903,9 @@ def _diff(parent_rows: dict, samples: list[_Sample]) -> dict[str, int]:
     return {"added": added, "removed": len(parent_rows) - (len(new) - added), "changed": changed}
 
 
-def _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, diff, session) -> dict:
+def _manifest(
+    dataset, recipe, version_id, parent, samples, invalid, processed, diff, session
+) -> dict:
     from pipeline.datasets.preprocess import sample_dtype, sample_shape
 
     created = utcnow()
@@ -782,9 +930,14 @@ def _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, 
             train_weights[s.md5] = train_weights.get(s.md5, 0) + 1
     classes = sorted(set(split_counts["train"]) | set(split_counts["val"]))
     seg_ids = sorted(seg_set)
-    seg_rows = {
-        s.segment_id: s for s in session.scalars(select(Segment).where(Segment.segment_id.in_(seg_ids)))
-    } if seg_ids else {}
+    seg_rows = (
+        {
+            s.segment_id: s
+            for s in session.scalars(select(Segment).where(Segment.segment_id.in_(seg_ids)))
+        }
+        if seg_ids
+        else {}
+    )
     per_split = {
         split: {"samples": split_n[split], "classes": dict(sorted(split_counts[split].items()))}
         for split in ("train", "val")
@@ -820,16 +973,23 @@ def _manifest(dataset, recipe, version_id, parent, samples, invalid, processed, 
         "diff": diff,
         "segments": [
             {
-                "id": sid, "path": seg_rows[sid].path, "n_rows": seg_rows[sid].n_rows,
-                "size_bytes": seg_rows[sid].size_bytes, "sha256": seg_rows[sid].sha256,
+                "id": sid,
+                "path": seg_rows[sid].path,
+                "n_rows": seg_rows[sid].n_rows,
+                "size_bytes": seg_rows[sid].size_bytes,
+                "sha256": seg_rows[sid].sha256,
             }
             for sid in seg_ids
         ],
         "mean": mean,
         "std": std,
         "files": {
-            "metadata": mf.METADATA, "invalid": mf.INVALID, "index_segment": mf.INDEX_SEGMENT,
-            "index_row": mf.INDEX_ROW, "labels": mf.LABELS, "splits": mf.SPLITS,
+            "metadata": mf.METADATA,
+            "invalid": mf.INVALID,
+            "index_segment": mf.INDEX_SEGMENT,
+            "index_row": mf.INDEX_ROW,
+            "labels": mf.LABELS,
+            "splits": mf.SPLITS,
         },
         "created_at": created.isoformat(),
     }
@@ -844,7 +1004,9 @@ def _segment_shape(seg: Segment | None) -> list[int] | None:
         return None
 
 
-def _train_mean_std(weights: dict[str, int], processed: dict[str, _Processed]) -> tuple[list[float], list[float]]:
+def _train_mean_std(
+    weights: dict[str, int], processed: dict[str, _Processed]
+) -> tuple[list[float], list[float]]:
     """Per-channel mean/std of the train split (0..255 for images), from the per-content sums
     recorded by process: weighted by how many train samples (``weights``) each content gives."""
     scales: list[float] = []
@@ -884,15 +1046,40 @@ def _publish(folder: Path, manifest: dict, samples: list[_Sample], invalid: list
         # Every file, the manifest last, is synced before the staging folder is renamed into
         # place (the publish point). A staging folder is never read, only removed, so its files
         # need no order among themselves: one batch of syncs.
-        mf.write_all_synced(staging, [
-            (mf.INDEX_SEGMENT, _npy_bytes(np.asarray([seg_pos[s.segment_id] for s in samples], dtype=np.int32))),
-            (mf.INDEX_ROW, _npy_bytes(np.asarray([s.row for s in samples], dtype=np.int64))),
-            (mf.SPLITS, _npy_bytes(np.asarray([s.split == "val" for s in samples], dtype=np.int8))),
-            (mf.LABELS, _npy_bytes(np.asarray([classes.get(s.label, -1) if s.label is not None else -1 for s in samples], dtype=np.int64))),
-            (mf.METADATA, ("\n".join(lines) + "\n" if lines else "").encode()),
-            (mf.INVALID, "".join(json.dumps(r, sort_keys=True) + "\n" for r in invalid).encode()),
-            (mf.MANIFEST, raw),
-        ])
+        mf.write_all_synced(
+            staging,
+            [
+                (
+                    mf.INDEX_SEGMENT,
+                    _npy_bytes(
+                        np.asarray([seg_pos[s.segment_id] for s in samples], dtype=np.int32)
+                    ),
+                ),
+                (mf.INDEX_ROW, _npy_bytes(np.asarray([s.row for s in samples], dtype=np.int64))),
+                (
+                    mf.SPLITS,
+                    _npy_bytes(np.asarray([s.split == "val" for s in samples], dtype=np.int8)),
+                ),
+                (
+                    mf.LABELS,
+                    _npy_bytes(
+                        np.asarray(
+                            [
+                                classes.get(s.label, -1) if s.label is not None else -1
+                                for s in samples
+                            ],
+                            dtype=np.int64,
+                        )
+                    ),
+                ),
+                (mf.METADATA, ("\n".join(lines) + "\n" if lines else "").encode()),
+                (
+                    mf.INVALID,
+                    "".join(json.dumps(r, sort_keys=True) + "\n" for r in invalid).encode(),
+                ),
+                (mf.MANIFEST, raw),
+            ],
+        )
         mf.fsync_dir(staging)
         pause_hook("commit_staged")
         os.rename(staging, folder)
@@ -939,7 +1126,13 @@ def _clean_staging(dataset_dir: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def _insert_version_rows(session: Session, version_id: str, samples: list[_Sample], invalid: list[dict], seg_ids: list[str]) -> None:
+def _insert_version_rows(
+    session: Session,
+    version_id: str,
+    samples: list[_Sample],
+    invalid: list[dict],
+    seg_ids: list[str],
+) -> None:
     conn = session.connection()
     # Straight to the DBAPI cursor's executemany with tuples: this is one row per sample per
     # version, and SQLAlchemy's per-row parameter processing would double its cost.
@@ -948,7 +1141,9 @@ def _insert_version_rows(session: Session, version_id: str, samples: list[_Sampl
         "INSERT INTO version_samples (version_id, idx, path, md5, label, split, duplicate) "
         f"VALUES ({', '.join([mark] * 7)})"
     )
-    rows = [(version_id, i, s.path, s.md5, s.label, s.split, s.duplicate) for i, s in enumerate(samples)]
+    rows = [
+        (version_id, i, s.path, s.md5, s.label, s.split, s.duplicate) for i, s in enumerate(samples)
+    ]
     cursor = conn.connection.cursor()  # the DBAPI cursor, same transaction
     try:
         for i in range(0, len(rows), _INSERT_BATCH):
@@ -958,14 +1153,26 @@ def _insert_version_rows(session: Session, version_id: str, samples: list[_Sampl
     if invalid:
         conn.execute(insert(VersionInvalid), [{"version_id": version_id, **r} for r in invalid])
     if seg_ids:
-        conn.execute(insert(VersionSegment), [{"version_id": version_id, "segment_id": s} for s in seg_ids])
+        conn.execute(
+            insert(VersionSegment), [{"version_id": version_id, "segment_id": s} for s in seg_ids]
+        )
 
 
 def _version_of(row: DatasetVersion) -> Version:
     return Version(
-        dataset=row.dataset, version_id=row.version_id, tag=row.tag, parent_id=row.parent_id,
-        samples=row.samples, train=row.train, val=row.val, added=row.added, removed=row.removed,
-        changed=row.changed, created_at=row.created_at.isoformat(), path=row.path, invalid=row.invalid,
+        dataset=row.dataset,
+        version_id=row.version_id,
+        tag=row.tag,
+        parent_id=row.parent_id,
+        samples=row.samples,
+        train=row.train,
+        val=row.val,
+        added=row.added,
+        removed=row.removed,
+        changed=row.changed,
+        created_at=row.created_at.isoformat(),
+        path=row.path,
+        invalid=row.invalid,
     )
 
 
@@ -1057,8 +1264,12 @@ def run_build(
                     on_shard(refs[-1])
         else:
             ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=min(workers, len(shards)), mp_context=ctx, initializer=_worker_init) as pool:
-                for data in pool.map(_process_in_worker, [(s.to_dict(), store.url) for s in shards]):
+            with ProcessPoolExecutor(
+                max_workers=min(workers, len(shards)), mp_context=ctx, initializer=_worker_init
+            ) as pool:
+                for data in pool.map(
+                    _process_in_worker, [(s.to_dict(), store.url) for s in shards]
+                ):
                     refs.append(SegmentRef.from_dict(data))
                     if on_shard:
                         on_shard(refs[-1])
@@ -1073,7 +1284,9 @@ def run_build(
     return report
 
 
-def build(dataset: str, *, workers: int | None = None, store: MetadataStore | None = None) -> Version | None:
+def build(
+    dataset: str, *, workers: int | None = None, store: MetadataStore | None = None
+) -> Version | None:
     """Scan, plan, process and commit locally; the new Version, or None when nothing changed."""
     return run_build(dataset, workers=workers, store=store).version
 

@@ -22,14 +22,25 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from pipeline.datasets.manifest import ManifestError, VersionNotFound
     from pipeline.datasets.recipes import RecipeError
 
-    return (VersionNotFound, ManifestError, RecipeError, FileExistsError, FileNotFoundError, ValueError)
+    return (
+        VersionNotFound,
+        ManifestError,
+        RecipeError,
+        FileExistsError,
+        FileNotFoundError,
+        ValueError,
+    )
 
 
 def build_cmd(
     dataset: Annotated[str, typer.Argument(help="The lake folder to build.")],
-    workers: Annotated[int | None, typer.Option(help="Processes that decode shards (default: HASH_WORKERS).")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Processes that decode shards (default: HASH_WORKERS).")
+    ] = None,
     max_files: Annotated[int, typer.Option(help="Files per shard.")] = 512,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the build report as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the build report as JSON.")
+    ] = False,
 ) -> None:
     """Scan DATASET, decode what is new, and publish a version (or report no change)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
@@ -38,7 +49,14 @@ def build_cmd(
 
     cli = _cli()
     show_bar = cli.console.is_terminal and not as_json
-    progress = Progress("decoding", BarColumn(), MofNCompleteColumn(), "files", TimeRemainingColumn(), disable=not show_bar)
+    progress = Progress(
+        "decoding",
+        BarColumn(),
+        MofNCompleteColumn(),
+        "files",
+        TimeRemainingColumn(),
+        disable=not show_bar,
+    )
     task = progress.add_task("decode", total=None)
     try:
         with progress:
@@ -46,7 +64,9 @@ def build_cmd(
                 dataset,
                 workers=workers,
                 max_files=max_files,
-                on_plan=lambda shards: progress.update(task, total=sum(len(s.files) for s in shards)),
+                on_plan=lambda shards: progress.update(
+                    task, total=sum(len(s.files) for s in shards)
+                ),
                 on_shard=lambda ref: progress.advance(task, ref.n_files),
             )
     except _known_errors() as exc:
@@ -74,7 +94,9 @@ def build_cmd(
 def versions_cmd(
     dataset: Annotated[str | None, typer.Argument(help="Only this dataset.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows.")] = 50,
-    show_all: Annotated[bool, typer.Option("--all", help="Include versions deleted by gc.")] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Include versions deleted by gc.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List dataset versions, newest first."""
@@ -90,7 +112,13 @@ def versions_cmd(
     from rich import box
 
     # The tag ends with the short id, so it is the one column people copy: it never wraps.
-    table = Table(title=f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
+    table = Table(
+        title=f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        show_edge=False,
+    )
     table.add_column("tag (…_id8)", no_wrap=True)
     table.add_column("created UTC", no_wrap=True)
     table.add_column("samples", justify="right", no_wrap=True)
@@ -101,8 +129,12 @@ def versions_cmd(
         table.add_column("status", no_wrap=True)
     for r in rows:
         cells = [
-            r["tag"], r["created_at"][5:16].replace("T", " "), str(r["samples"]),
-            f"{r['train']}/{r['val']}", f"+{r['added']} −{r['removed']} ~{r['changed']}", str(r["invalid"]),
+            r["tag"],
+            r["created_at"][5:16].replace("T", " "),
+            str(r["samples"]),
+            f"{r['train']}/{r['val']}",
+            f"+{r['added']} −{r['removed']} ~{r['changed']}",
+            str(r["invalid"]),
         ]
         table.add_row(*cells, *([r["status"]] if show_all else []))
     cli.console.print(table)
@@ -129,19 +161,34 @@ def show_cmd(
     c = cli.console
     c.print(f"[bold]{v['tag']}[/]  {v['version_id']}", highlight=False)
     parent = v["parent"]
-    c.print(f"dataset {v['dataset']}, created {v['created_at']}, format {v['format']}, status {v['status']}", highlight=False)
-    c.print(f"parent: {parent['tag'] if parent else '(none)'}   diff: +{v['added']} −{v['removed']} ~{v['changed']}", highlight=False)
+    c.print(
+        f"dataset {v['dataset']}, created {v['created_at']}, format {v['format']}, status {v['status']}",
+        highlight=False,
+    )
+    c.print(
+        f"parent: {parent['tag'] if parent else '(none)'}   diff: +{v['added']} −{v['removed']} ~{v['changed']}",
+        highlight=False,
+    )
     m = v["manifest"]
-    c.print(f"recipe {m['recipe_hash'][:12]} ({m['modality']}, sample {m['sample_shape']} {m['sample_dtype']})", highlight=False)
+    c.print(
+        f"recipe {m['recipe_hash'][:12]} ({m['modality']}, sample {m['sample_shape']} {m['sample_dtype']})",
+        highlight=False,
+    )
     c.print(f"mean {v['mean']}  std {v['std']}", highlight=False)
     counts = v["counts"]
-    table = Table(title=f"{counts['samples']} samples from {counts['files']} files ({counts.get('duplicates', 0)} duplicates)")
+    table = Table(
+        title=f"{counts['samples']} samples from {counts['files']} files ({counts.get('duplicates', 0)} duplicates)"
+    )
     table.add_column("class")
     table.add_column("train", justify="right")
     table.add_column("val", justify="right")
     per = counts["per_split"]
     for cls in sorted(set(per["train"]["classes"]) | set(per["val"]["classes"])):
-        table.add_row(cls or "(none)", str(per["train"]["classes"].get(cls, 0)), str(per["val"]["classes"].get(cls, 0)))
+        table.add_row(
+            cls or "(none)",
+            str(per["train"]["classes"].get(cls, 0)),
+            str(per["val"]["classes"].get(cls, 0)),
+        )
     table.add_row("[bold]total[/]", str(counts["train"]), str(counts["val"]))
     c.print(table)
     if v["invalid_files"]:
@@ -173,7 +220,10 @@ def diff_cmd(
         return
     c = cli.console
     n = d["counts"]
-    c.print(f"{d['a']['tag']} → {d['b']['tag']}: +{n['added']} added, −{n['removed']} removed, ~{n['changed']} changed", highlight=False)
+    c.print(
+        f"{d['a']['tag']} → {d['b']['tag']}: +{n['added']} added, −{n['removed']} removed, ~{n['changed']} changed",
+        highlight=False,
+    )
     for r in d["added"]:
         c.print(f"  [green]+ {r['path']}[/]  {r['md5']}", highlight=False)
     for r in d["removed"]:
@@ -186,7 +236,9 @@ def diff_cmd(
 
 
 def contains_cmd(
-    path_or_md5: Annotated[str, typer.Argument(help="A lake path (dataset/...) or a 32-digit md5.")],
+    path_or_md5: Annotated[
+        str, typer.Argument(help="A lake path (dataset/...) or a 32-digit md5.")
+    ],
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Which versions hold a file (by lake path or by md5)."""
@@ -206,7 +258,15 @@ def contains_cmd(
     for col in ("tag", "created", "path", "md5", "label", "split", "index"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["tag"], r["created_at"][:19], r["path"], r["md5"], str(r["label"]), r["split"], str(r["index"]))
+        table.add_row(
+            r["tag"],
+            r["created_at"][:19],
+            r["path"],
+            r["md5"],
+            str(r["label"]),
+            r["split"],
+            str(r["index"]),
+        )
     cli.console.print(table)
 
 
@@ -228,13 +288,22 @@ def export_cmd(
         summary = export_version(reader, dest, fmt=fmt)
     except _known_errors() as exc:
         cli.fail(str(exc))
-    cli.console.print(f"exported {summary['samples']} samples of {summary['tag']} to {dest} ({fmt})", highlight=False)
+    cli.console.print(
+        f"exported {summary['samples']} samples of {summary['tag']} to {dest} ({fmt})",
+        highlight=False,
+    )
 
 
 def gc_cmd(
-    keep_last: Annotated[int | None, typer.Option(help="Keep the newest N versions of each dataset (default: all).")] = None,
-    apply: Annotated[bool, typer.Option("--apply", help="Delete; without it, only report.")] = False,
-    min_age: Annotated[float, typer.Option(help="Leave anything younger than this many seconds.")] = 3600.0,
+    keep_last: Annotated[
+        int | None, typer.Option(help="Keep the newest N versions of each dataset (default: all).")
+    ] = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Delete; without it, only report.")
+    ] = False,
+    min_age: Annotated[
+        float, typer.Option(help="Leave anything younger than this many seconds.")
+    ] = 3600.0,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Delete old versions and unreferenced segments (a dry run unless --apply)."""

@@ -26,7 +26,9 @@ EXPORT_FORMATS = ("npy", "zarr")
 _BATCH = 2048
 
 
-def open_ref(ref: str, *, dataset: str | None = None, data_root: Path | None = None, store: Any | None = None) -> VersionReader:
+def open_ref(
+    ref: str, *, dataset: str | None = None, data_root: Path | None = None, store: Any | None = None
+) -> VersionReader:
     """Open a version by id / prefix / tag (``latest`` needs ``dataset``), from the store when
     there is one, else by looking through every dataset's folder on disk."""
     from pipeline.settings import get_settings
@@ -53,7 +55,9 @@ def open_ref(ref: str, *, dataset: str | None = None, data_root: Path | None = N
                 continue
     if len(found) != 1:
         raise mf.VersionNotFound(
-            f"no version matches {ref!r}" if not found else f"{ref!r} matches versions of several datasets; name the dataset"
+            f"no version matches {ref!r}"
+            if not found
+            else f"{ref!r} matches versions of several datasets; name the dataset"
         )
     return found[0]
 
@@ -73,7 +77,9 @@ def export_version(reader: VersionReader, dest: Path | str, *, fmt: str = "npy")
     dtype = np.dtype(reader.manifest["sample_dtype"])
     try:
         if fmt == "npy":
-            x_out = np.lib.format.open_memmap(tmp / "x.npy", mode="w+", dtype=dtype, shape=(n, *shape))
+            x_out = np.lib.format.open_memmap(
+                tmp / "x.npy", mode="w+", dtype=dtype, shape=(n, *shape)
+            )
             y_out = np.lib.format.open_memmap(tmp / "y.npy", mode="w+", dtype=np.int64, shape=(n,))
         else:
             import zarr
@@ -101,10 +107,20 @@ def export_version(reader: VersionReader, dest: Path | str, *, fmt: str = "npy")
                 split[i] = rec["split"] == "val"
                 fh.write(json.dumps(rec, sort_keys=True) + "\n")
         np.save(tmp / "split.npy", split)
-        layout = {"x": "x.npy", "y": "y.npy"} if fmt == "npy" else {"x": "data.zarr/x", "y": "data.zarr/y"}
+        layout = (
+            {"x": "x.npy", "y": "y.npy"}
+            if fmt == "npy"
+            else {"x": "data.zarr/x", "y": "data.zarr/y"}
+        )
         summary = {
-            "dataset": reader.dataset, "version_id": reader.version_id, "tag": reader.tag,
-            "format": fmt, "samples": n, "classes": reader.classes, "mean": reader.mean, "std": reader.std,
+            "dataset": reader.dataset,
+            "version_id": reader.version_id,
+            "tag": reader.tag,
+            "format": fmt,
+            "samples": n,
+            "classes": reader.classes,
+            "mean": reader.mean,
+            "std": reader.std,
             "layout": {**layout, "split": "split.npy", "metadata": "metadata.jsonl"},
             "y": "index into classes (-1 = no label)",
         }

@@ -56,8 +56,12 @@ class GcPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "keep_last": self.keep_last, "applied": self.applied, "bytes": self.bytes,
-            "versions": self.versions, "segments": self.segments, "leftovers": self.leftovers,
+            "keep_last": self.keep_last,
+            "applied": self.applied,
+            "bytes": self.bytes,
+            "versions": self.versions,
+            "segments": self.segments,
+            "leftovers": self.leftovers,
             "kept_for_runs": self.kept_for_runs,
         }
 
@@ -67,16 +71,23 @@ def run_versions(session: Session) -> set[str]:
     conn = session.connection()
     if not inspect(conn).has_table("training_runs"):
         return set()
-    return {r[0] for r in conn.execute(text("SELECT DISTINCT version_id FROM training_runs")) if r[0]}
+    return {
+        r[0] for r in conn.execute(text("SELECT DISTINCT version_id FROM training_runs")) if r[0]
+    }
 
 
 def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: float) -> GcPlan:
     plan = GcPlan(keep_last)
     used = run_versions(session)
-    versions = list(session.scalars(
-        select(DatasetVersion).where(DatasetVersion.status == VERSION_COMMITTED)
-        .order_by(DatasetVersion.dataset, DatasetVersion.created_at.desc(), DatasetVersion.version_id)
-    ))
+    versions = list(
+        session.scalars(
+            select(DatasetVersion)
+            .where(DatasetVersion.status == VERSION_COMMITTED)
+            .order_by(
+                DatasetVersion.dataset, DatasetVersion.created_at.desc(), DatasetVersion.version_id
+            )
+        )
+    )
     kept: set[str] = set()
     rank: dict[str, int] = {}
     for v in versions:
@@ -88,22 +99,37 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
             kept.add(v.version_id)
             plan.kept_for_runs.append(v.version_id)
         else:
-            plan.versions.append({"dataset": v.dataset, "version_id": v.version_id, "tag": v.tag, "path": v.path})
+            plan.versions.append(
+                {"dataset": v.dataset, "version_id": v.version_id, "tag": v.tag, "path": v.path}
+            )
     kept_segments: set[str] = set()
     kept_list = sorted(kept)
     for i in range(0, len(kept_list), 500):
-        kept_segments.update(session.scalars(
-            select(VersionSegment.segment_id).where(VersionSegment.version_id.in_(kept_list[i : i + 500]))
-        ))
+        kept_segments.update(
+            session.scalars(
+                select(VersionSegment.segment_id).where(
+                    VersionSegment.version_id.in_(kept_list[i : i + 500])
+                )
+            )
+        )
     now = time.time()
     known: set[str] = set()
     for seg in session.scalars(select(Segment)):
         known.add(seg.path)
         if seg.segment_id in kept_segments or seg.n_rows == 0:
             continue
-        if now - seg.created_at.timestamp() < min_age_s or not _old(data_root / seg.path, now, min_age_s):
+        if now - seg.created_at.timestamp() < min_age_s or not _old(
+            data_root / seg.path, now, min_age_s
+        ):
             continue  # young, or just reused by a build (process() touches what it reuses)
-        plan.segments.append({"segment_id": seg.segment_id, "path": seg.path, "bytes": seg.size_bytes, "recorded": True})
+        plan.segments.append(
+            {
+                "segment_id": seg.segment_id,
+                "path": seg.path,
+                "bytes": seg.size_bytes,
+                "recorded": True,
+            }
+        )
         plan.bytes += seg.size_bytes
     # Segment folders the store never recorded (a build killed between rename and record).
     seg_root = data_root / "segments"
@@ -115,10 +141,16 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
             if folder.name.startswith(".") or rel in known or not _old(folder, now, min_age_s):
                 continue
             size = _du(folder)
-            plan.segments.append({"segment_id": folder.name, "path": rel, "bytes": size, "recorded": False})
+            plan.segments.append(
+                {"segment_id": folder.name, "path": rel, "bytes": size, "recorded": False}
+            )
             plan.bytes += size
     # Version folders: staging leftovers, and published folders never recorded as committed.
-    recorded = set(session.scalars(select(DatasetVersion.path).where(DatasetVersion.status == VERSION_COMMITTED)))
+    recorded = set(
+        session.scalars(
+            select(DatasetVersion.path).where(DatasetVersion.status == VERSION_COMMITTED)
+        )
+    )
     ds_root = mf.datasets_root(data_root)
     for ds_dir in sorted(ds_root.iterdir()) if ds_root.is_dir() else []:
         if not ds_dir.is_dir():
@@ -173,13 +205,16 @@ def collect(
         for v in plan.versions:
             vid = v["version_id"]
             session.execute(
-                update(DatasetVersion).where(DatasetVersion.version_id == vid)
+                update(DatasetVersion)
+                .where(DatasetVersion.version_id == vid)
                 .values(status=VERSION_DELETED, deleted_at=now)
             )
             session.execute(delete(VersionSample).where(VersionSample.version_id == vid))
             session.execute(delete(VersionInvalid).where(VersionInvalid.version_id == vid))
             session.execute(delete(VersionSegment).where(VersionSegment.version_id == vid))
-        delete_processed_for_segments(session, [s["segment_id"] for s in plan.segments if s["recorded"]])
+        delete_processed_for_segments(
+            session, [s["segment_id"] for s in plan.segments if s["recorded"]]
+        )
     # Files go only once the rows are gone for good: a crash in between leaves unrecorded
     # folders, which the next gc collects as leftovers.
     for v in plan.versions:

@@ -41,7 +41,9 @@ class ManifestError(ValueError):
     """A version folder is missing, incomplete, or written by an unknown format version."""
 
 
-def version_id_for(dataset: str, recipe_hash: str, samples: Iterable[tuple[str, str | None, str]]) -> str:
+def version_id_for(
+    dataset: str, recipe_hash: str, samples: Iterable[tuple[str, str | None, str]]
+) -> str:
     """sha256 over the dataset, the recipe_hash and the sorted (md5, label, split) list: the
     same lake content under the same recipe always gets the same id. (The dataset name is in
     the hash so that two lake folders with identical content still get distinct ids.)"""

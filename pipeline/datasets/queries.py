@@ -60,7 +60,9 @@ def list_versions(
 ) -> list[dict[str, Any]]:
     """Versions, newest first."""
     store = store or open_store()
-    query = select(DatasetVersion).order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id)
+    query = select(DatasetVersion).order_by(
+        DatasetVersion.created_at.desc(), DatasetVersion.version_id
+    )
     if dataset is not None:
         query = query.where(DatasetVersion.dataset == dataset)
     if not include_deleted:
@@ -72,7 +74,11 @@ def list_versions(
 
 def count_versions(dataset: str | None = None, *, store: MetadataStore | None = None) -> int:
     store = store or open_store()
-    query = select(func.count()).select_from(DatasetVersion).where(DatasetVersion.status == VERSION_COMMITTED)
+    query = (
+        select(func.count())
+        .select_from(DatasetVersion)
+        .where(DatasetVersion.status == VERSION_COMMITTED)
+    )
     if dataset is not None:
         query = query.where(DatasetVersion.dataset == dataset)
     with store.session() as session:
@@ -92,7 +98,13 @@ def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]
         out = []
         for name, count, _ in rows:
             latest = _latest(session, name)
-            out.append({"dataset": name, "versions": int(count), "latest": _summary(latest) if latest else None})
+            out.append(
+                {
+                    "dataset": name,
+                    "versions": int(count),
+                    "latest": _summary(latest) if latest else None,
+                }
+            )
         return out
 
 
@@ -121,23 +133,33 @@ def _resolve(session: Session, ref: str, dataset: str | None) -> DatasetVersion:
     if row is not None:
         return row
     if _HEX.fullmatch(ref):
-        matches = list(session.scalars(base.where(DatasetVersion.version_id.startswith(ref.lower())).limit(3)))
+        matches = list(
+            session.scalars(base.where(DatasetVersion.version_id.startswith(ref.lower())).limit(3))
+        )
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
-            raise VersionNotFound(f"version prefix {ref!r} is ambiguous: it matches several versions; give more digits")
+            raise VersionNotFound(
+                f"version prefix {ref!r} is ambiguous: it matches several versions; give more digits"
+            )
     where = f" of dataset {dataset!r}" if dataset else ""
-    raise VersionNotFound(f"no committed version{where} matches {ref!r} (an id, a unique id prefix, a tag or 'latest')")
+    raise VersionNotFound(
+        f"no committed version{where} matches {ref!r} (an id, a unique id prefix, a tag or 'latest')"
+    )
 
 
-def resolve_version(ref: str, dataset: str | None = None, *, store: MetadataStore | None = None) -> dict[str, Any]:
+def resolve_version(
+    ref: str, dataset: str | None = None, *, store: MetadataStore | None = None
+) -> dict[str, Any]:
     """The summary of the version ``ref`` (id / unique prefix / tag / ``latest``) names."""
     store = store or open_store()
     with store.session() as session:
         return _summary(_resolve(session, ref, dataset))
 
 
-def get_version(ref: str, dataset: str | None = None, *, store: MetadataStore | None = None) -> dict[str, Any]:
+def get_version(
+    ref: str, dataset: str | None = None, *, store: MetadataStore | None = None
+) -> dict[str, Any]:
     """One version in full: its summary, manifest, class/split counts, parent and invalid files."""
     store = store or open_store()
     with store.session() as session:
@@ -157,12 +179,16 @@ def get_version(ref: str, dataset: str | None = None, *, store: MetadataStore | 
 
 def _invalid(session: Session, version_id: str) -> list[dict[str, Any]]:
     rows = session.scalars(
-        select(VersionInvalid).where(VersionInvalid.version_id == version_id).order_by(VersionInvalid.path, VersionInvalid.line)
+        select(VersionInvalid)
+        .where(VersionInvalid.version_id == version_id)
+        .order_by(VersionInvalid.path, VersionInvalid.line)
     )
     return [{"path": r.path, "md5": r.md5, "line": r.line, "reason": r.reason} for r in rows]
 
 
-def invalid_files(version_ref: str, dataset: str | None = None, *, store: MetadataStore | None = None) -> list[dict[str, Any]]:
+def invalid_files(
+    version_ref: str, dataset: str | None = None, *, store: MetadataStore | None = None
+) -> list[dict[str, Any]]:
     store = store or open_store()
     with store.session() as session:
         return _invalid(session, _resolve(session, version_ref, dataset).version_id)
@@ -179,7 +205,14 @@ def _paths(session: Session, version_id: str) -> dict[str, tuple[str, str | None
     return out
 
 
-def diff_versions(a: str, b: str, *, dataset: str | None = None, limit: int | None = None, store: MetadataStore | None = None) -> dict[str, Any]:
+def diff_versions(
+    a: str,
+    b: str,
+    *,
+    dataset: str | None = None,
+    limit: int | None = None,
+    store: MetadataStore | None = None,
+) -> dict[str, Any]:
     """What changed from version ``a`` to version ``b``, by lake path: added, removed and
     changed (other md5 or label) files, each with its md5(s)."""
     from pipeline.datasets.build import path_diff
@@ -199,33 +232,64 @@ def diff_versions(a: str, b: str, *, dataset: str | None = None, limit: int | No
         "added": [{"path": p, "md5": new[p][0], "label": new[p][1]} for p in cut(d["added"])],
         "removed": [{"path": p, "md5": old[p][0], "label": old[p][1]} for p in cut(d["removed"])],
         "changed": [
-            {"path": p, "old_md5": old[p][0], "new_md5": new[p][0], "old_label": old[p][1], "new_label": new[p][1]}
+            {
+                "path": p,
+                "old_md5": old[p][0],
+                "new_md5": new[p][0],
+                "old_label": old[p][1],
+                "new_label": new[p][1],
+            }
             for p in cut(d["changed"])
         ],
     }
 
 
 def _brief(v: DatasetVersion) -> dict[str, Any]:
-    return {"dataset": v.dataset, "version_id": v.version_id, "tag": v.tag, "created_at": v.created_at.isoformat()}
+    return {
+        "dataset": v.dataset,
+        "version_id": v.version_id,
+        "tag": v.tag,
+        "created_at": v.created_at.isoformat(),
+    }
 
 
-def versions_containing(path_or_md5: str, *, limit: int = 500, store: MetadataStore | None = None) -> list[dict[str, Any]]:
+def versions_containing(
+    path_or_md5: str, *, limit: int = 500, store: MetadataStore | None = None
+) -> list[dict[str, Any]]:
     """Committed versions that hold a lake path (exact) or a content md5, newest first; one
     entry per (version, path)."""
     store = store or open_store()
     key = path_or_md5.strip()
-    cond = VersionSample.md5 == key.lower() if _MD5.fullmatch(key) else VersionSample.path == key.lstrip("/")
+    cond = (
+        VersionSample.md5 == key.lower()
+        if _MD5.fullmatch(key)
+        else VersionSample.path == key.lstrip("/")
+    )
     query = (
         select(
-            DatasetVersion.dataset, DatasetVersion.version_id, DatasetVersion.tag, DatasetVersion.created_at,
-            VersionSample.path, VersionSample.md5, VersionSample.label, VersionSample.split, VersionSample.duplicate,
+            DatasetVersion.dataset,
+            DatasetVersion.version_id,
+            DatasetVersion.tag,
+            DatasetVersion.created_at,
+            VersionSample.path,
+            VersionSample.md5,
+            VersionSample.label,
+            VersionSample.split,
+            VersionSample.duplicate,
             func.min(VersionSample.idx),
         )
         .join(DatasetVersion, DatasetVersion.version_id == VersionSample.version_id)
         .where(cond, DatasetVersion.status == VERSION_COMMITTED)
         .group_by(
-            DatasetVersion.dataset, DatasetVersion.version_id, DatasetVersion.tag, DatasetVersion.created_at,
-            VersionSample.path, VersionSample.md5, VersionSample.label, VersionSample.split, VersionSample.duplicate,
+            DatasetVersion.dataset,
+            DatasetVersion.version_id,
+            DatasetVersion.tag,
+            DatasetVersion.created_at,
+            VersionSample.path,
+            VersionSample.md5,
+            VersionSample.label,
+            VersionSample.split,
+            VersionSample.duplicate,
         )
         .order_by(DatasetVersion.created_at.desc(), VersionSample.path)
         .limit(limit)
@@ -233,8 +297,16 @@ def versions_containing(path_or_md5: str, *, limit: int = 500, store: MetadataSt
     with store.session() as session:
         return [
             {
-                "dataset": ds, "version_id": vid, "tag": tag, "created_at": created.isoformat(),
-                "path": path, "md5": md5, "label": label, "split": split, "duplicate": bool(dup), "index": int(idx),
+                "dataset": ds,
+                "version_id": vid,
+                "tag": tag,
+                "created_at": created.isoformat(),
+                "path": path,
+                "md5": md5,
+                "label": label,
+                "split": split,
+                "duplicate": bool(dup),
+                "index": int(idx),
             }
             for ds, vid, tag, created, path, md5, label, split, dup, idx in session.execute(query)
         ]

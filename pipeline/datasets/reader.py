@@ -66,10 +66,15 @@ def _resolve_on_disk(data_root: Path, name: str, version: str) -> Path:
     base = mf.datasets_root(data_root) / name
     if not base.is_dir():
         raise VersionNotFound(f"dataset {name!r} has no versions under {base}")
-    candidates = [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / mf.MANIFEST).is_file()]
+    candidates = [
+        p
+        for p in base.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / mf.MANIFEST).is_file()
+    ]
     if not candidates:
         raise VersionNotFound(f"dataset {name!r} has no published versions under {base}")
     if version == LATEST:
+
         def created(p: Path) -> str:
             try:
                 return json.loads((p / mf.MANIFEST).read_text()).get("created_at", "")
@@ -80,24 +85,37 @@ def _resolve_on_disk(data_root: Path, name: str, version: str) -> Path:
     exact = [p for p in candidates if p.name == version]
     if exact:
         return exact[0]
-    by_prefix = [p for p in candidates if p.name.startswith(version.lower())] if version.isalnum() else []
+    by_prefix = (
+        [p for p in candidates if p.name.startswith(version.lower())] if version.isalnum() else []
+    )
     if len(by_prefix) == 1:
         return by_prefix[0]
     if len(by_prefix) > 1:
-        raise VersionNotFound(f"version prefix {version!r} of {name!r} is ambiguous: {len(by_prefix)} versions match")
+        raise VersionNotFound(
+            f"version prefix {version!r} of {name!r} is ambiguous: {len(by_prefix)} versions match"
+        )
     for p in candidates:
         try:
             if json.loads((p / mf.MANIFEST).read_text()).get("tag") == version:
                 return p
         except (OSError, json.JSONDecodeError):
             continue
-    raise VersionNotFound(f"dataset {name!r} has no version {version!r} (id, id prefix, tag or 'latest')")
+    raise VersionNotFound(
+        f"dataset {name!r} has no version {version!r} (id, id prefix, tag or 'latest')"
+    )
 
 
 class VersionReader:
     """One dataset version (or a split view of it). Picklable: a copy opens its own maps."""
 
-    def __init__(self, folder: Path | str, data_root: Path | str | None = None, *, _subset: np.ndarray | None = None, _split: str | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path | str,
+        data_root: Path | str | None = None,
+        *,
+        _subset: np.ndarray | None = None,
+        _split: str | None = None,
+    ) -> None:
         self.folder = Path(folder)
         self.manifest, self.manifest_sha256 = mf.read_manifest(self.folder)
         # Segment paths are relative to DATA_ROOT; an exported copy keeps them in its own folder.
@@ -108,7 +126,9 @@ class VersionReader:
         self._val_all = np.load(self.folder / mf.SPLITS).astype(bool)
         n = len(self._seg_all)
         if not (len(self._row_all) == len(self._y_all) == n == self.manifest["counts"]["samples"]):
-            raise mf.ManifestError(f"{self.folder}: index arrays do not match the manifest's sample count")
+            raise mf.ManifestError(
+                f"{self.folder}: index arrays do not match the manifest's sample count"
+            )
         self._indices = np.arange(n, dtype=np.int64) if _subset is None else _subset
         self._seg = self._seg_all[self._indices]
         self._row = self._row_all[self._indices]
@@ -116,7 +136,9 @@ class VersionReader:
         self.split_name = _split
         self._is_npy = self.manifest["format"] == "npy"
         shape = [d for d in self.manifest["sample_shape"] if d > 0]
-        self._row_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(self.manifest["sample_dtype"]).itemsize
+        self._row_bytes = (
+            int(np.prod(shape, dtype=np.int64)) * np.dtype(self.manifest["sample_dtype"]).itemsize
+        )
         # Plain lists for single-sample access: indexing a list is ~5x cheaper than a numpy
         # scalar, and __getitem__ is the hot path of a map-style DataLoader.
         self._seg_list: list[int] = self._seg.tolist()
@@ -125,7 +147,9 @@ class VersionReader:
         self._meta: list[str] | None = None
         self._arrays: dict[int, Any] = {}
         self._views: dict[int, memoryview] = {}
-        self._row_layout: tuple[tuple[int, ...], np.dtype, int] | None = None  # row shape, dtype, bytes
+        self._row_layout: tuple[tuple[int, ...], np.dtype, int] | None = (
+            None  # row shape, dtype, bytes
+        )
         self._chunks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         _live_readers.add(self)
 
@@ -198,7 +222,9 @@ class VersionReader:
         rows = self._row[idx]
         y = self._y[idx]  # int64 (see __init__), and a fresh array
         if idx.size == 0:
-            return np.empty((0, *self.sample_shape), dtype=np.dtype(self.manifest["sample_dtype"])), y
+            return np.empty(
+                (0, *self.sample_shape), dtype=np.dtype(self.manifest["sample_dtype"])
+            ), y
         if self._is_npy and self._row_bytes >= _ROW_COPY_MIN_BYTES:
             return self._gather_rows(segs, rows), y
         # One sort by (segment, row): each segment's rows come out as one ascending run.
@@ -249,7 +275,9 @@ class VersionReader:
         if self._row_layout is None:
             self._row_layout = (arr.shape[1:], arr.dtype, arr.strides[0])
         elif arr.shape[1:] != self._row_layout[0] or arr.dtype != self._row_layout[1]:
-            raise mf.ManifestError(f"{self._segment_folder(seg)}: rows of shape {arr.shape[1:]} {arr.dtype}, not {self._row_layout[0]} {self._row_layout[1]} like the version's other segments")
+            raise mf.ManifestError(
+                f"{self._segment_folder(seg)}: rows of shape {arr.shape[1:]} {arr.dtype}, not {self._row_layout[0]} {self._row_layout[1]} like the version's other segments"
+            )
         view = self._views[seg] = memoryview(arr).cast("B")
         return view
 

@@ -81,7 +81,9 @@ def write_segment(
     final = root / segment_id
     if (final / INFO_NAME).is_file():
         return load_written(final)
-    tmp = root / f".tmp-{segment_id[:16]}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = (
+        root / f".tmp-{segment_id[:16]}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    )
     tmp.mkdir()
     try:
         if fmt == "npy":
@@ -163,7 +165,11 @@ def clean_stale_temps(data_root: Path, recipe_hash: str | None = None) -> list[P
     """Remove temp folders left by killed writers: on this host, those whose process is gone;
     from other hosts, those older than STALE_TEMP_SECONDS."""
     base = Path(data_root) / "segments"
-    roots = [base / recipe_hash] if recipe_hash else ([p for p in base.iterdir() if p.is_dir()] if base.is_dir() else [])
+    roots = (
+        [base / recipe_hash]
+        if recipe_hash
+        else ([p for p in base.iterdir() if p.is_dir()] if base.is_dir() else [])
+    )
     removed = []
     host = socket.gethostname()
     for root in roots:
@@ -228,10 +234,14 @@ def _save_zarr(path: Path, x: np.ndarray, y: np.ndarray) -> None:
 
     group = zarr.open_group(str(path), mode="w")
     rows = max(1, min(ZARR_CHUNK_ROWS, x.shape[0]))
-    xa = group.create_array("x", shape=x.shape, chunks=(rows, *x.shape[1:]), dtype=x.dtype, compressors=None)
+    xa = group.create_array(
+        "x", shape=x.shape, chunks=(rows, *x.shape[1:]), dtype=x.dtype, compressors=None
+    )
     if x.shape[0]:
         xa[:] = x
-    ya = group.create_array("y", shape=y.shape, chunks=(max(1, y.shape[0]),), dtype=y.dtype, compressors=None)
+    ya = group.create_array(
+        "y", shape=y.shape, chunks=(max(1, y.shape[0]),), dtype=y.dtype, compressors=None
+    )
     if y.shape[0]:
         ya[:] = y
     for file in Path(path).rglob("*"):

@@ -73,7 +73,9 @@ class HashPool:
 
     def _submit(self) -> None:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("fork")
+            )
         batch, self._pending = self._pending, []
         future = self._pool.submit(_hash_batch, batch)
         if self.on_progress:

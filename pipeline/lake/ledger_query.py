@@ -43,12 +43,19 @@ def list_files(
         for f in session.scalars(query):
             if path_glob and not fnmatch.fnmatchcase(f.path, path_glob):
                 continue
-            rows.append({
-                "path": f.path, "dataset": f.dataset, "size": f.size, "md5": f.md5,
-                "status": "deleted" if f.deleted_at else f.status, "error": f.error,
-                "first_seen": f.first_seen.isoformat(), "last_seen": f.last_seen.isoformat(),
-                "deleted_at": f.deleted_at.isoformat() if f.deleted_at else None,
-            })
+            rows.append(
+                {
+                    "path": f.path,
+                    "dataset": f.dataset,
+                    "size": f.size,
+                    "md5": f.md5,
+                    "status": "deleted" if f.deleted_at else f.status,
+                    "error": f.error,
+                    "first_seen": f.first_seen.isoformat(),
+                    "last_seen": f.last_seen.isoformat(),
+                    "deleted_at": f.deleted_at.isoformat() if f.deleted_at else None,
+                }
+            )
             if len(rows) >= limit:
                 break
     return rows

@@ -49,7 +49,11 @@ def write_photos(lake: Path) -> int:
     except Exception:  # scikit-image is optional; its photos are a bonus
         pass
     for name, pixels in photos.items():
-        _atomic_save(Image.fromarray(pixels).convert("RGB"), folder / "unlabelled" / f"{name}.jpg", quality=90)
+        _atomic_save(
+            Image.fromarray(pixels).convert("RGB"),
+            folder / "unlabelled" / f"{name}.jpg",
+            quality=90,
+        )
     return len(photos)
 
 

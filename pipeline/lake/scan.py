@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.lake.hashing import HashPool
 from pipeline.lake.walk import Candidate, Refused, Settling, StatKey, Unlistable, walk_lake
-from pipeline.metadata.base import UTCDateTime, utcnow
+from pipeline.metadata.base import utcnow
 from pipeline.metadata.ledger import (
     STATUS_INVALID,
     STATUS_OK,
@@ -70,8 +70,12 @@ class ScanResult:
     @property
     def files_seen(self) -> int:
         return (
-            len(self.new) + len(self.changed) + len(self.renamed) + len(self.touched)
-            + self.unchanged + len(self.unreadable)
+            len(self.new)
+            + len(self.changed)
+            + len(self.renamed)
+            + len(self.touched)
+            + self.unchanged
+            + len(self.unreadable)
         )
 
     @property
@@ -84,7 +88,9 @@ class ScanResult:
 
     @property
     def changed_datasets(self) -> list[str]:
-        paths = [c.path for group in (self.new, self.changed, self.renamed, self.deleted) for c in group]
+        paths = [
+            c.path for group in (self.new, self.changed, self.renamed, self.deleted) for c in group
+        ]
         return sorted({p.split("/", 1)[0] for p in paths})
 
     def summary(self) -> dict[str, object]:
@@ -192,7 +198,8 @@ def scan(
             hashed = hasher.results()
 
         vanished = [
-            path for path, row in known.items()
+            path
+            for path, row in known.items()
             if not row.deleted and path not in seen and not _under_any(path, unlisted)
         ]
         vanished_by_md5: dict[str, list[str]] = {}
@@ -227,12 +234,16 @@ def scan(
                     if sources:
                         old = sources.pop(0)
                         renamed_sources.add(old)
-                        result.renamed.append(FileChange(cand.path, res.md5, cand.key.size, renamed_from=old))
+                        result.renamed.append(
+                            FileChange(cand.path, res.md5, cand.key.size, renamed_from=old)
+                        )
                     else:
                         result.new.append(FileChange(cand.path, res.md5, cand.key.size))
                 elif row.md5 != res.md5:
                     cols["content_changed_at"] = now
-                    result.changed.append(FileChange(cand.path, res.md5, cand.key.size, previous_md5=row.md5))
+                    result.changed.append(
+                        FileChange(cand.path, res.md5, cand.key.size, previous_md5=row.md5)
+                    )
                 else:
                     if row.status == STATUS_INVALID:
                         # Same bytes: the preprocessor's verdict still holds.
@@ -247,9 +258,16 @@ def scan(
         for entry in refused:
             row = known.get(entry.path)
             cols = {
-                "status": STATUS_REFUSED, "error": entry.reason, "md5": None,
-                "last_seen": now, "last_scan_id": scan_row.id, "deleted_at": None,
-                "size": None, "mtime_ns": None, "ctime_ns": None, "inode": None,
+                "status": STATUS_REFUSED,
+                "error": entry.reason,
+                "md5": None,
+                "last_seen": now,
+                "last_scan_id": scan_row.id,
+                "deleted_at": None,
+                "size": None,
+                "mtime_ns": None,
+                "ctime_ns": None,
+                "inode": None,
             }
             result.refused.append((entry.path, entry.reason))
             if row is None:
@@ -259,7 +277,9 @@ def scan(
 
         for path in vanished:
             row = known[path]
-            if path not in renamed_sources:  # a rename's old path is gone, but not "deleted" content
+            if (
+                path not in renamed_sources
+            ):  # a rename's old path is gone, but not "deleted" content
                 result.deleted.append(FileChange(path, row.md5))
             updates.append({"row_id": row.id, "deleted_at": now, "last_scan_id": scan_row.id})
 
@@ -295,7 +315,9 @@ def _ensure_lock_row(store: MetadataStore, lake_key: str) -> None:
 def _take_lock(session: Session, lake_key: str, *, wait: bool) -> None:
     conn = session.connection()
     dialect = conn.dialect.name
-    busy = ScanBusyError(f"another scan of the lake {lake_key} is running; try again when it finishes")
+    busy = ScanBusyError(
+        f"another scan of the lake {lake_key} is running; try again when it finishes"
+    )
     if dialect == "sqlite" and not wait:
         conn.exec_driver_sql("PRAGMA busy_timeout = 0")
     if dialect == "postgresql" and not wait:
@@ -322,7 +344,11 @@ def _load_ledger(session: Session, dataset: str | None) -> dict[str, _Known]:
     )
     params: tuple[object, ...] = ()
     if dataset is not None:
-        sql += " WHERE dataset = %s" if session.connection().dialect.name == "postgresql" else " WHERE dataset = ?"
+        sql += (
+            " WHERE dataset = %s"
+            if session.connection().dialect.name == "postgresql"
+            else " WHERE dataset = ?"
+        )
         params = (dataset,)
     cursor = session.connection().connection.cursor()  # the DBAPI cursor, same transaction
     try:
@@ -347,7 +373,11 @@ def _write(
 ) -> None:
     # One set-based statement marks every present row as seen; only real changes get
     # per-row statements. This keeps a no-change rescan of 20k files far below a second.
-    seen = update(LedgerFile).where(LedgerFile.deleted_at.is_(None)).values(last_seen=now, last_scan_id=scan_id)
+    seen = (
+        update(LedgerFile)
+        .where(LedgerFile.deleted_at.is_(None))
+        .values(last_seen=now, last_scan_id=scan_id)
+    )
     if dataset is not None:
         seen = seen.where(LedgerFile.dataset == dataset)
     session.execute(seen)

@@ -65,7 +65,9 @@ def is_ignored_name(name: str, *, is_dir: bool) -> bool:
     return name.endswith(IGNORED_SUFFIXES)
 
 
-def walk_lake(lake: Path, *, dataset: str | None = None, settle_seconds: float = 0.0) -> Iterator[Entry]:
+def walk_lake(
+    lake: Path, *, dataset: str | None = None, settle_seconds: float = 0.0
+) -> Iterator[Entry]:
     """Yield every entry under ``lake`` (or under ``lake/dataset``), stat only."""
     root = os.path.realpath(lake)
     settle_ns = int(settle_seconds * 1e9)
@@ -125,7 +127,9 @@ def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> 
         if now_ns - st.st_mtime_ns < settle_ns:
             yield Settling(relpath)
             continue
-        yield Candidate(relpath, entry.path, StatKey(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        yield Candidate(
+            relpath, entry.path, StatKey(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        )
 
 
 def _check_symlink(root: str, path: str, relpath: str) -> Refused | None:

@@ -75,10 +75,18 @@ class ProcessedSample(Base):
     n_rows: Mapped[int] = mapped_column(Integer, default=0)
     status: Mapped[str] = mapped_column(String(16), default=SAMPLE_OK)
     reason: Mapped[str | None] = mapped_column(Text)
-    labels: Mapped[str | None] = mapped_column(Text, doc="JSON list, one per row, for content labels (tables)")
-    lines: Mapped[str | None] = mapped_column(Text, doc="JSON list of source line numbers per row (tables)")
-    invalid_rows: Mapped[str | None] = mapped_column(Text, doc="JSON [[line, reason], ...] (tables)")
-    stats: Mapped[str | None] = mapped_column(Text, doc="JSON per-channel count/sum/sumsq over its rows")
+    labels: Mapped[str | None] = mapped_column(
+        Text, doc="JSON list, one per row, for content labels (tables)"
+    )
+    lines: Mapped[str | None] = mapped_column(
+        Text, doc="JSON list of source line numbers per row (tables)"
+    )
+    invalid_rows: Mapped[str | None] = mapped_column(
+        Text, doc="JSON [[line, reason], ...] (tables)"
+    )
+    stats: Mapped[str | None] = mapped_column(
+        Text, doc="JSON per-channel count/sum/sumsq over its rows"
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -25,7 +25,9 @@ class LedgerFile(Base):
     __tablename__ = "ledger_files"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    path: Mapped[str] = mapped_column(String(4096), unique=True, doc="posix path relative to the lake root")
+    path: Mapped[str] = mapped_column(
+        String(4096), unique=True, doc="posix path relative to the lake root"
+    )
     dataset: Mapped[str] = mapped_column(String(255), index=True, doc="first-level lake folder")
     size: Mapped[int | None] = mapped_column(BigInteger)
     mtime_ns: Mapped[int | None] = mapped_column(BigInteger)
@@ -48,7 +50,9 @@ class Scan(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     lake: Mapped[str] = mapped_column(String(4096))
-    dataset: Mapped[str | None] = mapped_column(String(255), doc="None when the whole lake was scanned")
+    dataset: Mapped[str | None] = mapped_column(
+        String(255), doc="None when the whole lake was scanned"
+    )
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     new: Mapped[int] = mapped_column(Integer, default=0)

@@ -23,7 +23,9 @@ def write_jpeg(path: Path, seed: int, size: tuple[int, int] = (24, 20)) -> Path:
     rng = np.random.default_rng(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
-    Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(tmp, format="JPEG", quality=90)
+    Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(
+        tmp, format="JPEG", quality=90
+    )
     os.replace(tmp, path)
     return path
 
@@ -35,7 +37,15 @@ def write_recipe(home: Path, dataset: str, text: str = SMALL_IMAGE_RECIPE) -> Pa
     return path
 
 
-def image_lake(home: Path, dataset: str = "pets", per_class: int = 6, classes: tuple[str, ...] = ("cat", "dog"), *, seed0: int = 0, recipe: str = SMALL_IMAGE_RECIPE) -> list[str]:
+def image_lake(
+    home: Path,
+    dataset: str = "pets",
+    per_class: int = 6,
+    classes: tuple[str, ...] = ("cat", "dog"),
+    *,
+    seed0: int = 0,
+    recipe: str = SMALL_IMAGE_RECIPE,
+) -> list[str]:
     """Write ``per_class`` JPEGs per class folder and the dataset's recipe; return the
     lake-relative paths."""
     write_recipe(home, dataset, recipe)
@@ -55,7 +65,11 @@ def tree_digest(root: Path) -> dict[str, tuple[str, int, int]]:
         for name in dirnames + filenames:
             p = Path(dirpath) / name
             st = p.lstat()
-            digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else ""
+            digest = (
+                hashlib.sha256(p.read_bytes()).hexdigest()
+                if p.is_file() and not p.is_symlink()
+                else ""
+            )
             out[str(p.relative_to(root))] = (digest, st.st_mode, st.st_mtime_ns)
     return out
 

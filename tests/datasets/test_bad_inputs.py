@@ -26,7 +26,11 @@ def test_bad_inputs_are_listed_with_reasons_and_the_lake_is_untouched(store, hom
         assert v is not None, dataset
         info = get_version(v.tag, store=store)
         invalid = {
-            (f"{r['path'].split('/', 1)[1]}#{r['line']}" if r["line"] else r["path"].split("/", 1)[1]): r["reason"]
+            (
+                f"{r['path'].split('/', 1)[1]}#{r['line']}"
+                if r["line"]
+                else r["path"].split("/", 1)[1]
+            ): r["reason"]
             for r in info["invalid_files"]
         }
         bad = {k: why for k, why in exp.items() if why is not None}
@@ -46,7 +50,12 @@ def test_bad_inputs_are_listed_with_reasons_and_the_lake_is_untouched(store, hom
 
     # The ledger carries the verdict of every bad whole file (not of bad table rows).
     ledger = {f["path"]: f for f in list_files(status="invalid", store=store)}
-    whole_files = {f"{ds}/{k}" for ds, exp in expected.items() for k, why in exp.items() if why and "#" not in k}
+    whole_files = {
+        f"{ds}/{k}"
+        for ds, exp in expected.items()
+        for k, why in exp.items()
+        if why and "#" not in k
+    }
     assert set(ledger) == whole_files
     assert all(ledger[p]["error"] for p in ledger)
 

@@ -46,7 +46,9 @@ def test_first_build_publishes_counts_splits_classes_and_train_stats(store, home
         expected[split][cls] = expected[split].get(cls, 0) + 1
     for split in ("train", "val"):
         assert m["counts"]["per_split"][split]["classes"] == dict(sorted(expected[split].items()))
-    assert len(m["segments"]) == 4 and all(len(s["sha256"]) == 64 and s["size_bytes"] > 0 for s in m["segments"])
+    assert len(m["segments"]) == 4 and all(
+        len(s["sha256"]) == 64 and s["size_bytes"] > 0 for s in m["segments"]
+    )
 
     r = open_version("pets", store=store)
     assert r.version_id == v.version_id and len(r) == 14
@@ -71,7 +73,9 @@ def test_rebuild_without_change_publishes_and_decodes_nothing(store, home):
     assert again.version is None and again.decoded == 0 and again.shards == 0
     assert [v["version_id"] for v in list_versions("pets", store=store)] == [first.version_id]
     versions_dir = home / "data" / "datasets" / "pets"
-    assert sorted(p.name for p in versions_dir.iterdir() if not p.name.startswith(".")) == [first.version_id]
+    assert sorted(p.name for p in versions_dir.iterdir() if not p.name.startswith(".")) == [
+        first.version_id
+    ]
 
 
 def test_one_new_file_is_the_only_decode_and_the_parent_is_set(store, home):
@@ -91,9 +95,9 @@ def test_delete_rename_and_modify_show_in_the_diff(store, home):
     image_lake(home)
     first = _build(store).version
     lake = home / "lake" / "pets"
-    (lake / "cat" / "000.jpg").unlink()                                  # removed
-    os.rename(lake / "cat" / "001.jpg", lake / "dog" / "moved.jpg")       # removed + added (new label)
-    write_jpeg(lake / "dog" / "002.jpg", seed=4242)                       # changed content
+    (lake / "cat" / "000.jpg").unlink()  # removed
+    os.rename(lake / "cat" / "001.jpg", lake / "dog" / "moved.jpg")  # removed + added (new label)
+    write_jpeg(lake / "dog" / "002.jpg", seed=4242)  # changed content
     report = _build(store)
     v = report.version
     assert report.decoded == 1  # only the modified file: the moved one's content is known
@@ -116,11 +120,16 @@ def test_duplicate_content_is_processed_once_and_flagged(store, home):
     shutil.copy(lake / "cat" / "003.jpg", lake / "cat" / "zz_copy.jpg")
     report = _build(store)
     assert report.decoded == 12  # 14 paths, 12 distinct contents
-    lines = [json.loads(x) for x in (home / "data" / report.version.path / "metadata.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(x)
+        for x in (home / "data" / report.version.path / "metadata.jsonl").read_text().splitlines()
+    ]
     md5 = hashlib.md5((lake / "cat" / "003.jpg").read_bytes()).hexdigest()
     same = [rec for rec in lines if rec["md5"] == md5]
     assert [(r["path"], r["duplicate"]) for r in same] == [
-        ("pets/cat/003.jpg", False), ("pets/cat/zz_copy.jpg", True), ("pets/dog/zz_copy.jpg", True),
+        ("pets/cat/003.jpg", False),
+        ("pets/cat/zz_copy.jpg", True),
+        ("pets/dog/zz_copy.jpg", True),
     ]
     assert len({r["split"] for r in same}) == 1  # duplicates never straddle the split
     assert len({(r["segment"], r["row"]) for r in same}) == 1  # stored once
@@ -148,7 +157,7 @@ def test_augmented_copies_are_for_training_only(store, home):
 
     recipe = (
         'modality = "image"\n[image]\nsize = 16\n[augment]\ncopies = 2\nops = ["hflip", "color_jitter"]\n'
-        '[split]\nval_fraction = 0.3\n'
+        "[split]\nval_fraction = 0.3\n"
     )
     image_lake(home, recipe=recipe)
     v = _build(store).version
@@ -164,7 +173,11 @@ def test_tables_give_one_sample_per_row_and_list_bad_rows_by_line(store, home):
     from pipeline.datasets.queries import get_version
     from pipeline.datasets.reader import open_version
 
-    write_recipe(home, "rows", 'modality = "table"\n[table]\nlabel_column = "label"\nfeature_columns = ["a", "b"]\n')
+    write_recipe(
+        home,
+        "rows",
+        'modality = "table"\n[table]\nlabel_column = "label"\nfeature_columns = ["a", "b"]\n',
+    )
     (home / "lake" / "rows").mkdir()
     (home / "lake" / "rows" / "one.csv").write_text("a,b,label\n1,2,x\n3,,y\n5,6,y\n")
     (home / "lake" / "rows" / "two.csv").write_text("a,b,label\n7,8,x\n9,10,\n")
@@ -201,7 +214,9 @@ def test_arrays_keep_shape_and_dtype(store, home):
 def test_recipe_change_reprocesses_under_the_new_recipe_hash(store, home):
     image_lake(home)
     first = _build(store)
-    write_recipe(home, "pets", 'modality = "image"\n[image]\nsize = 8\n[split]\nval_fraction = 0.3\n')
+    write_recipe(
+        home, "pets", 'modality = "image"\n[image]\nsize = 8\n[split]\nval_fraction = 0.3\n'
+    )
     second = _build(store)
     assert second.decoded == 12 and second.version.version_id != first.version.version_id
     from pipeline.datasets.reader import open_version
@@ -252,8 +267,15 @@ def test_metadata_lines_are_exactly_sorted_json():
         _Sample("ds/cat/p.jpg", "1" * 32, "cat", "train", "e" * 64, 0, 100, 12, False, None, 0),
     ):
         rec = {
-            "index": 5, "path": sample.path, "md5": sample.md5, "label": sample.label, "split": sample.split,
-            "segment": sample.segment_id, "row": sample.row, "size": sample.size, "mtime_ns": sample.mtime_ns,
+            "index": 5,
+            "path": sample.path,
+            "md5": sample.md5,
+            "label": sample.label,
+            "split": sample.split,
+            "segment": sample.segment_id,
+            "row": sample.row,
+            "size": sample.size,
+            "mtime_ns": sample.mtime_ns,
             "duplicate": sample.duplicate,
         }
         if sample.line is not None:
@@ -285,12 +307,17 @@ def test_process_is_idempotent_and_shards_travel_as_json(store, home):
 
     image_lake(home, per_class=3)
     scan(home / "lake", dataset="pets", store=store)
-    shards = [Shard.from_dict(json.loads(json.dumps(s.to_dict()))) for s in plan("pets", store=store, max_files=4)]
+    shards = [
+        Shard.from_dict(json.loads(json.dumps(s.to_dict())))
+        for s in plan("pets", store=store, max_files=4)
+    ]
     assert [len(s.files) for s in shards] == [4, 2]
     first = [process(s, store=store) for s in shards]
     again = [process(s.to_dict(), store=store) for s in shards]
     assert [r.decoded for r in first] == [4, 2] and [r.decoded for r in again] == [0, 0]
-    assert all(r.reused for r in again) and [r.segment_id for r in again] == [r.segment_id for r in first]
+    assert all(r.reused for r in again) and [r.segment_id for r in again] == [
+        r.segment_id for r in first
+    ]
     assert plan("pets", store=store) == []  # everything is processed now
     refs = [SegmentRef.from_dict(json.loads(json.dumps(r.to_dict()))) for r in again]
     v = commit("pets", refs, store=store)

@@ -37,13 +37,20 @@ def test_build_versions_show_diff_contains_export_gc(store, home, tmp_path):
     assert versions[0]["short_id"] in table and versions[1]["short_id"] in table
 
     shown = _run("show", versions[0]["tag"])
-    assert "pets/dog/notes.jpg" in shown and "not an image file" in shown and versions[1]["tag"] in shown
+    assert (
+        "pets/dog/notes.jpg" in shown
+        and "not an image file" in shown
+        and versions[1]["tag"] in shown
+    )
     shown_json = json.loads(_run("show", versions[0]["short_id"], "--json"))
     assert shown_json["invalid_files"][0]["path"] == "pets/dog/notes.jpg"
     assert shown_json["counts"]["samples"] == 7
 
     d = json.loads(_run("diff", versions[1]["short_id"], versions[0]["short_id"], "--json"))
-    assert d["counts"] == {"added": 1, "removed": 0, "changed": 0} and d["added"][0]["path"] == "pets/cat/new.jpg"
+    assert (
+        d["counts"] == {"added": 1, "removed": 0, "changed": 0}
+        and d["added"][0]["path"] == "pets/cat/new.jpg"
+    )
     assert "+ pets/cat/new.jpg" in _run("diff", versions[1]["tag"], versions[0]["tag"])
 
     md5 = d["added"][0]["md5"]
@@ -54,11 +61,15 @@ def test_build_versions_show_diff_contains_export_gc(store, home, tmp_path):
     assert missing.exit_code == 1 and "no version contains" in missing.output
 
     dest = tmp_path / "exported"
-    assert "exported 7 samples" in _run("export", versions[0]["short_id"], str(dest), "--format", "npy")
+    assert "exported 7 samples" in _run(
+        "export", versions[0]["short_id"], str(dest), "--format", "npy"
+    )
     assert (dest / "x.npy").is_file() and (dest / "metadata.jsonl").is_file()
 
     dry = json.loads(_run("gc", "--keep-last", "1", "--min-age", "0", "--json"))
-    assert not dry["applied"] and [v["version_id"] for v in dry["versions"]] == [versions[1]["version_id"]]
+    assert not dry["applied"] and [v["version_id"] for v in dry["versions"]] == [
+        versions[1]["version_id"]
+    ]
     assert "dry run" in _run("gc", "--keep-last", "1", "--min-age", "0")
     assert len(json.loads(_run("versions", "--json"))) == 2
     _run("gc", "--keep-last", "1", "--min-age", "0", "--apply")

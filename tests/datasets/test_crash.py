@@ -19,13 +19,28 @@ from tests.datasets.conftest import image_lake
 
 pytestmark = pytest.mark.slow
 
-BUILD = [sys.executable, "-m", "pipeline.cli", "build", "pets", "--workers", "1", "--max-files", "3"]
+BUILD = [
+    sys.executable,
+    "-m",
+    "pipeline.cli",
+    "build",
+    "pets",
+    "--workers",
+    "1",
+    "--max-files",
+    "3",
+]
 
 
 def _start(cmd: list[str], **env: str) -> subprocess.Popen:
     full_env = {**os.environ, "COLUMNS": "200", **env}
     return subprocess.Popen(
-        cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cmd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
         cwd=Path(__file__).resolve().parents[2],
     )
 
@@ -43,7 +58,9 @@ def _wait_for_marker(proc: subprocess.Popen, point: str, timeout: float = 90.0) 
         if line.strip() == f"LAKETRAIN_PAUSED_AT {point}":
             return
     proc.kill()
-    raise AssertionError(f"build never reached {point}; rc={proc.poll()} stderr={''.join(seen)[-2000:]}")
+    raise AssertionError(
+        f"build never reached {point}; rc={proc.poll()} stderr={''.join(seen)[-2000:]}"
+    )
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -87,12 +104,12 @@ def _complete_versions_on_disk(data_root: Path) -> list[str]:
 @pytest.mark.parametrize(
     ("point", "nth"),
     [
-        ("process_decoded", 2),       # one segment done, the second decoded but not written
+        ("process_decoded", 2),  # one segment done, the second decoded but not written
         ("segment_before_rename", 2),  # second segment written under its temp name
-        ("segment_renamed", 2),        # second segment published, not recorded: reused
-        ("before_commit", 1),          # every segment recorded, no version yet
-        ("commit_staged", 1),          # version folder staged, not renamed
-        ("commit_renamed", 1),         # version folder published, store not committed
+        ("segment_renamed", 2),  # second segment published, not recorded: reused
+        ("before_commit", 1),  # every segment recorded, no version yet
+        ("commit_staged", 1),  # version folder staged, not renamed
+        ("commit_renamed", 1),  # version folder published, store not committed
     ],
 )
 def test_killed_build_reruns_to_the_same_version(store, home, tmp_path, monkeypatch, point, nth):
@@ -146,7 +163,13 @@ def test_a_commit_waits_for_a_concurrent_commit_of_the_same_dataset(store, home)
     image_lake(home, per_class=3)
     first = _start(BUILD, LAKETRAIN_TEST_PAUSE_AT="commit_staged", LAKETRAIN_TEST_PAUSE_SECONDS="3")
     _wait_for_marker(first, "commit_staged")
-    second = _start([sys.executable, "-c", "from pipeline.datasets.build import commit; print('RESULT', commit('pets'))"])
+    second = _start(
+        [
+            sys.executable,
+            "-c",
+            "from pipeline.datasets.build import commit; print('RESULT', commit('pets'))",
+        ]
+    )
     out2, err2 = second.communicate(timeout=180)
     out1, err1 = first.communicate(timeout=180)
     assert first.returncode == 0, err1

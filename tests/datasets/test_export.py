@@ -52,7 +52,13 @@ def test_export_is_readable_without_laketrain(sqlite_store, home, tmp_path, fmt)
     out = tmp_path / "seen.npz"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     # -I: isolated mode, so neither the cwd nor PYTHONPATH can put laketrain on the path.
-    subprocess.run([sys.executable, "-I", str(script), str(dest), fmt, str(out)], check=True, env=env, cwd=tmp_path, timeout=120)
+    subprocess.run(
+        [sys.executable, "-I", str(script), str(dest), fmt, str(out)],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     seen = np.load(out)
     assert seen["leaked"].tolist() == []
     x, y = reader.get_batch(np.arange(len(reader)))
@@ -85,6 +91,8 @@ def test_export_of_a_split_keeps_only_that_split(sqlite_store, home, tmp_path):
     run_build("pets", workers=1, store=sqlite_store)
     val = open_ref("latest", dataset="pets").split("val")
     export_version(val, tmp_path / "val")
-    meta = [json.loads(line) for line in (tmp_path / "val" / "metadata.jsonl").read_text().splitlines()]
+    meta = [
+        json.loads(line) for line in (tmp_path / "val" / "metadata.jsonl").read_text().splitlines()
+    ]
     assert len(meta) == len(val) == len(np.load(tmp_path / "val" / "x.npy"))
     assert {m["split"] for m in meta} == {"val"}

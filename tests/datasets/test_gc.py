@@ -9,7 +9,9 @@ from tests.datasets.conftest import image_lake, write_jpeg
 
 
 def _segments_on_disk(data_root):
-    return sorted(p.name for p in (data_root / "segments").glob("*/*") if not p.name.startswith("."))
+    return sorted(
+        p.name for p in (data_root / "segments").glob("*/*") if not p.name.startswith(".")
+    )
 
 
 def _three_versions(store, home):
@@ -21,7 +23,10 @@ def _three_versions(store, home):
     v1 = run_build("pets", workers=1, store=store, max_files=4).version
     for cls in ("cat", "dog"):
         for i in range(4):
-            write_jpeg(home / "lake" / "pets" / cls / f"{i:03d}.jpg", seed=500 + i + (10 if cls == "dog" else 0))
+            write_jpeg(
+                home / "lake" / "pets" / cls / f"{i:03d}.jpg",
+                seed=500 + i + (10 if cls == "dog" else 0),
+            )
     v2 = run_build("pets", workers=1, store=store, max_files=4).version
     write_jpeg(home / "lake" / "pets" / "dog" / "new.jpg", seed=900)
     v3 = run_build("pets", workers=1, store=store, max_files=4).version
@@ -43,7 +48,9 @@ def test_gc_dry_run_then_apply_keeps_referenced_segments(store, home):
     assert not dry.applied
     assert {v["version_id"] for v in dry.versions} == {v1.version_id, v2.version_id}
     segs = {
-        v.version_id: {s["id"] for s in open_version("pets", v.version_id, store=store).manifest["segments"]}
+        v.version_id: {
+            s["id"] for s in open_version("pets", v.version_id, store=store).manifest["segments"]
+        }
         for v in (v1, v2, v3)
     }
     planned = {s["segment_id"] for s in dry.segments}

@@ -31,7 +31,9 @@ def test_get_batch_equals_item_reads_in_the_asked_order(sqlite_store, home, fmt,
     from pipeline.datasets.build import run_build
     from pipeline.datasets.reader import open_version
 
-    image_lake(home, per_class=10, recipe=f'modality = "image"\nformat = "{fmt}"\n[image]\nsize = {size}\n')
+    image_lake(
+        home, per_class=10, recipe=f'modality = "image"\nformat = "{fmt}"\n[image]\nsize = {size}\n'
+    )
     run_build("pets", workers=1, store=sqlite_store, max_files=7)
     r = open_version("pets")
     idx = np.random.default_rng(0).integers(0, len(r), size=50)  # repeats, several segments
@@ -81,7 +83,9 @@ def test_check_leakage_finds_an_md5_in_both_splits(two_versions, home, tmp_path)
     assert check_leakage(VersionReader(forged, home / "data")) == [a_train["md5"]]
 
 
-def test_versions_resolve_by_id_prefix_tag_and_latest_without_a_store(two_versions, home, monkeypatch):
+def test_versions_resolve_by_id_prefix_tag_and_latest_without_a_store(
+    two_versions, home, monkeypatch
+):
     from pipeline.datasets.manifest import VersionNotFound
     from pipeline.datasets.reader import open_version
 
@@ -91,8 +95,13 @@ def test_versions_resolve_by_id_prefix_tag_and_latest_without_a_store(two_versio
     (home / "data" / "metadata.db").unlink()
     data_root = home / "data"
     assert open_version("pets", data_root=data_root).version_id == second.version_id
-    assert open_version("pets", first.version_id, data_root=data_root).version_id == first.version_id
-    assert open_version("pets", first.version_id[:6], data_root=data_root).version_id == first.version_id
+    assert (
+        open_version("pets", first.version_id, data_root=data_root).version_id == first.version_id
+    )
+    assert (
+        open_version("pets", first.version_id[:6], data_root=data_root).version_id
+        == first.version_id
+    )
     assert open_version("pets", second.tag, data_root=data_root).version_id == second.version_id
     with pytest.raises(VersionNotFound, match="no version"):
         open_version("pets", "nope", data_root=data_root)
@@ -161,8 +170,15 @@ def test_metadata_and_identity(two_versions, home):
 
     first, second = two_versions
     r = open_version("pets")
-    assert (r.dataset, r.version_id, r.tag, r.modality) == ("pets", second.version_id, second.tag, "image")
-    assert r.manifest_sha256 == hashlib.sha256((r.folder / "manifest.json").read_bytes()).hexdigest()
+    assert (r.dataset, r.version_id, r.tag, r.modality) == (
+        "pets",
+        second.version_id,
+        second.tag,
+        "image",
+    )
+    assert (
+        r.manifest_sha256 == hashlib.sha256((r.folder / "manifest.json").read_bytes()).hexdigest()
+    )
     assert len(r.mean) == len(r.std) == 3
     assert r.labels().tolist() == [r.classes.index(r.metadata(i)["label"]) for i in range(len(r))]
     assert r.manifest["parent"] == first.version_id
@@ -173,7 +189,9 @@ def test_shuffled_indices_cover_every_sample_once(sqlite_store, home, fmt):
     from pipeline.datasets.build import run_build
     from pipeline.datasets.reader import open_version
 
-    image_lake(home, per_class=40, recipe=f'modality = "image"\nformat = "{fmt}"\n[image]\nsize = 4\n')
+    image_lake(
+        home, per_class=40, recipe=f'modality = "image"\nformat = "{fmt}"\n[image]\nsize = 4\n'
+    )
     run_build("pets", workers=1, store=sqlite_store)
     r = open_version("pets")
     order = r.shuffled_indices(3, window_chunks=1)

@@ -21,7 +21,11 @@ def laketrain(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     }
     env.pop("METADATA_DB_URL", None)
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "pipeline.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -38,7 +42,9 @@ def test_scan_json_and_files_listing(lt_env):
     listed = json.loads(laketrain(lt_env, "files", "--json", "--path", "ds/cat/*").stdout)
     assert [r["path"] for r in listed] == ["ds/cat/a.png"]
     refused = json.loads(laketrain(lt_env, "files", "--json", "--status", "refused").stdout)
-    assert [(r["path"], r["error"]) for r in refused] == [("ds/escape", "symlink target lies outside the lake")]
+    assert [(r["path"], r["error"]) for r in refused] == [
+        ("ds/escape", "symlink target lies outside the lake")
+    ]
     by_md5 = json.loads(laketrain(lt_env, "files", "--json", "--md5", listed[0]["md5"][:6]).stdout)
     assert [r["path"] for r in by_md5] == ["ds/cat/a.png"]
 

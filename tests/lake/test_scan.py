@@ -63,7 +63,9 @@ def test_same_size_modification_is_a_change(store, lake):
     f.write_bytes(b"bbbb")
     backdate(f, 10)
     result = scan(lake, store=store, workers=1)
-    assert [(c.path, c.previous_md5, c.md5) for c in result.changed] == [("ds/a.bin", md5(b"aaaa"), md5(b"bbbb"))]
+    assert [(c.path, c.previous_md5, c.md5) for c in result.changed] == [
+        ("ds/a.bin", md5(b"aaaa"), md5(b"bbbb"))
+    ]
 
 
 def test_rewrite_with_restored_mtime_is_caught_by_ctime(store, lake):
@@ -96,7 +98,9 @@ def test_rename_is_recognised_by_md5(store, lake):
     scan(lake, store=store, workers=1)
     f.rename(lake / "ds" / "new name.bin")
     result = scan(lake, store=store, workers=1)
-    assert [(c.path, c.renamed_from) for c in result.renamed] == [("ds/new name.bin", "ds/old name.bin")]
+    assert [(c.path, c.renamed_from) for c in result.renamed] == [
+        ("ds/new name.bin", "ds/old name.bin")
+    ]
     assert not result.new and not result.deleted
     assert rows(store)["ds/old name.bin"].deleted_at is not None
 
@@ -208,13 +212,22 @@ def test_an_unreadable_file_is_recorded_and_does_not_stop_the_scan(tmp_path):
         d.chmod(0o777)
     (lake / "ds" / "open.bin").chmod(0o644)
     url = f"sqlite:///{root / 'meta.db'}"
-    env = {**os.environ, "SETTLE_SECONDS": "0", "LAKETRAIN_HOME": str(root), "PYTHONPATH": os.getcwd()}
+    env = {
+        **os.environ,
+        "SETTLE_SECONDS": "0",
+        "LAKETRAIN_HOME": str(root),
+        "PYTHONPATH": os.getcwd(),
+    }
     try:
         if os.geteuid() != 0:
             pytest.skip("needs root to drop privileges")
         out = subprocess.run(
             [sys.executable, "-c", UNREADABLE_SCRIPT, str(lake), url, str(root / "meta.db")],
-            env=env, capture_output=True, text=True, timeout=60, cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=root,
         )
         assert out.returncode == 0, out.stderr
         data = json.loads(out.stdout.strip().splitlines()[-1])
@@ -228,7 +241,12 @@ def test_an_unreadable_file_is_recorded_and_does_not_stop_the_scan(tmp_path):
 
 
 def test_unicode_names_spaces_and_nested_folders(store, lake):
-    names = ["ds/über café/naïve 1.bin", "ds/a/b/c/d/deep.bin", "ds/日本語/ファイル.bin", "ds/with space .bin"]
+    names = [
+        "ds/über café/naïve 1.bin",
+        "ds/a/b/c/d/deep.bin",
+        "ds/日本語/ファイル.bin",
+        "ds/with space .bin",
+    ]
     for i, name in enumerate(names):
         write(lake / name, f"payload {i}")
     result = scan(lake, store=store, workers=1)
@@ -286,7 +304,9 @@ def test_a_second_concurrent_scan_waits_or_refuses(store, lake):
         scan(lake, store=store, workers=1, wait=False)
 
     second: dict[str, object] = {}
-    waiter = threading.Thread(target=lambda: second.setdefault("result", scan(lake, store=store, workers=1)))
+    waiter = threading.Thread(
+        target=lambda: second.setdefault("result", scan(lake, store=store, workers=1))
+    )
     waiter.start()
     time.sleep(0.5)
     assert waiter.is_alive(), "the waiting scan must block while the first holds the lock"
@@ -294,7 +314,9 @@ def test_a_second_concurrent_scan_waits_or_refuses(store, lake):
     t.join(30)
     waiter.join(30)
     assert len(first["result"].new) == 3
-    assert second["result"].unchanged == 3 and not second["result"].new, "it sees the first scan's result"
+    assert second["result"].unchanged == 3 and not second["result"].new, (
+        "it sees the first scan's result"
+    )
     with store.session() as s:
         assert s.scalar(select(Scan).where(Scan.id == first["result"].scan_id)).new == 3
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from sqlalchemy import inspect
 
-from pipeline.metadata.store import MetadataStore, current_revision, head_revision, make_engine, upgrade
+from pipeline.metadata.store import (
+    MetadataStore,
+    current_revision,
+    head_revision,
+    make_engine,
+    upgrade,
+)
 
 
 def test_migrations_apply_to_an_empty_database_and_back(db_url):

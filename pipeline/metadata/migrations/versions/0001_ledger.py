@@ -26,7 +26,17 @@ def upgrade() -> None:
         sa.Column("finished_at", TS),
         *[
             sa.Column(name, sa.Integer, nullable=False, server_default="0")
-            for name in ("new", "changed", "deleted", "renamed", "touched", "unchanged", "refused", "unreadable", "settling")
+            for name in (
+                "new",
+                "changed",
+                "deleted",
+                "renamed",
+                "touched",
+                "unchanged",
+                "refused",
+                "unreadable",
+                "settling",
+            )
         ],
         sa.Column("bytes_hashed", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("seconds", sa.Float, nullable=False, server_default="0"),

@@ -62,7 +62,16 @@ def upgrade() -> None:
         sa.Column("status", sa.String(16), nullable=False),
         *[
             sa.Column(name, sa.Integer, nullable=False, server_default="0")
-            for name in ("samples", "train", "val", "files", "invalid", "added", "removed", "changed")
+            for name in (
+                "samples",
+                "train",
+                "val",
+                "files",
+                "invalid",
+                "added",
+                "removed",
+                "changed",
+            )
         ],
         sa.Column("path", sa.String(1024), nullable=False),
         sa.Column("manifest_sha256", sa.String(64), nullable=False),
@@ -101,6 +110,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for name in ("version_segments", "version_invalid", "version_samples", "dataset_versions",
-                 "processed_samples", "segments", "dataset_locks"):
+    for name in (
+        "version_segments",
+        "version_invalid",
+        "version_samples",
+        "dataset_versions",
+        "processed_samples",
+        "segments",
+        "dataset_locks",
+    ):
         op.drop_table(name)
