@@ -6,7 +6,7 @@ builds the ``laketrain://lake`` asset watched by :class:`~pipeline.orchestration
 (which must live in ``trigger.py``: the triggerer imports it by class path). ``lake_ingest``
 uses it instead of the stat-polling watcher when ``LAKETRAIN_LAKE_SQS_QUEUE_URL`` is set.
 
-Setup (once, per bucket), see docs/readme/orchestration.md:
+Setup (once, per bucket), see README.md, "Orchestration":
 
     aws sqs create-queue --queue-name laketrain-lake
     aws s3api put-bucket-notification-configuration --bucket BUCKET --notification-configuration \
