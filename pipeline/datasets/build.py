@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.queries import latest_committed
 from pipeline.datasets.segments import (
     clean_stale_temps,
     load_written,
@@ -678,7 +679,7 @@ def commit(
     with store.session() as session:
         _take_lock(session, dataset)
         files, processed = _current_files(session, dataset, rh)
-        latest = _latest(session, dataset)
+        latest = latest_committed(session, dataset)
         parent_rows, known_splits = (
             _version_paths(session, latest.version_id) if latest else ({}, {})
         )
@@ -847,15 +848,6 @@ def _assemble(
                 )
             )
     return samples, invalid
-
-
-def _latest(session: Session, dataset: str) -> DatasetVersion | None:
-    return session.scalars(
-        select(DatasetVersion)
-        .where(DatasetVersion.dataset == dataset, DatasetVersion.status == VERSION_COMMITTED)
-        .order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id)
-        .limit(1)
-    ).first()
 
 
 def _version_paths(

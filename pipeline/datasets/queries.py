@@ -97,7 +97,7 @@ def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]
         ).all()
         out = []
         for name, count, _ in rows:
-            latest = _latest(session, name)
+            latest = latest_committed(session, name)
             out.append(
                 {
                     "dataset": name,
@@ -108,7 +108,8 @@ def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]
         return out
 
 
-def _latest(session: Session, dataset: str) -> DatasetVersion | None:
+def latest_committed(session: Session, dataset: str) -> DatasetVersion | None:
+    """The dataset's newest committed version (the parent of the next build)."""
     return session.scalars(
         select(DatasetVersion)
         .where(DatasetVersion.dataset == dataset, DatasetVersion.status == VERSION_COMMITTED)
@@ -125,7 +126,7 @@ def _resolve(session: Session, ref: str, dataset: str | None) -> DatasetVersion:
     if ref == "latest":
         if dataset is None:
             raise VersionNotFound("'latest' needs a dataset name")
-        row = _latest(session, dataset)
+        row = latest_committed(session, dataset)
         if row is None:
             raise VersionNotFound(f"dataset {dataset!r} has no committed version")
         return row
@@ -265,32 +266,23 @@ def versions_containing(
         if _MD5.fullmatch(key)
         else VersionSample.path == key.lstrip("/")
     )
+    # One row per (version, path): a table file or augmented copies give several samples.
+    columns = (
+        DatasetVersion.dataset,
+        DatasetVersion.version_id,
+        DatasetVersion.tag,
+        DatasetVersion.created_at,
+        VersionSample.path,
+        VersionSample.md5,
+        VersionSample.label,
+        VersionSample.split,
+        VersionSample.duplicate,
+    )
     query = (
-        select(
-            DatasetVersion.dataset,
-            DatasetVersion.version_id,
-            DatasetVersion.tag,
-            DatasetVersion.created_at,
-            VersionSample.path,
-            VersionSample.md5,
-            VersionSample.label,
-            VersionSample.split,
-            VersionSample.duplicate,
-            func.min(VersionSample.idx),
-        )
+        select(*columns, func.min(VersionSample.idx))
         .join(DatasetVersion, DatasetVersion.version_id == VersionSample.version_id)
         .where(cond, DatasetVersion.status == VERSION_COMMITTED)
-        .group_by(
-            DatasetVersion.dataset,
-            DatasetVersion.version_id,
-            DatasetVersion.tag,
-            DatasetVersion.created_at,
-            VersionSample.path,
-            VersionSample.md5,
-            VersionSample.label,
-            VersionSample.split,
-            VersionSample.duplicate,
-        )
+        .group_by(*columns)
         .order_by(DatasetVersion.created_at.desc(), VersionSample.path)
         .limit(limit)
     )
