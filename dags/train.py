@@ -58,7 +58,10 @@ params = {
         type="string",
         minLength=1,
         title="Dataset version",
-        description="'latest', a version tag (digits_v20261129_ab12cd34), a version id or a unique id prefix.",
+        description=(
+            "'latest', a version tag (digits_v20261129_ab12cd34), a version id or a unique id"
+            " prefix. Copy one from the Datasets page (in the nav) or `laketrain versions`."
+        ),
     ),
     "epochs": Param(
         3,
