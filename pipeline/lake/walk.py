@@ -93,43 +93,50 @@ def walk_lake(
 
 
 def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> Iterator[Entry]:
-    try:
-        entries = list(os.scandir(folder))
-    except OSError as exc:
-        yield Unlistable(rel, f"cannot list folder: {exc.strerror or exc}")
-        return
-    for entry in entries:
-        relpath = f"{rel}/{entry.name}"
+    # An explicit stack, not recursion: with nested generators every entry would be passed up
+    # through one generator frame per folder level, which costs more than the stat itself.
+    is_reg = stat_mod.S_ISREG
+    stack = [(folder, rel)]
+    while stack:
+        folder, rel = stack.pop()
         try:
-            is_link = entry.is_symlink()
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if is_ignored_name(entry.name, is_dir=is_dir):
-                continue
-            if is_dir:
-                yield from _walk_dir(root, entry.path, relpath, now_ns, settle_ns)
-                continue
-            if is_link:
-                verdict = _check_symlink(root, entry.path, relpath)
-                if verdict is not None:
-                    yield verdict
-                    continue
-                st = os.stat(entry.path)
-            else:
-                st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            continue  # vanished between listing and stat: it simply is not there this round
+            entries = list(os.scandir(folder))
         except OSError as exc:
-            yield Refused(relpath, f"cannot stat: {exc.strerror or exc}")
+            yield Unlistable(rel, f"cannot list folder: {exc.strerror or exc}")
             continue
-        if not stat_mod.S_ISREG(st.st_mode):
-            yield Refused(relpath, f"special file ({_kind(st.st_mode)}), not a regular file")
-            continue
-        if now_ns - st.st_mtime_ns < settle_ns:
-            yield Settling(relpath)
-            continue
-        yield Candidate(
-            relpath, entry.path, StatKey(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        )
+        for entry in entries:
+            name = entry.name
+            relpath = f"{rel}/{name}"
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if is_ignored_name(name, is_dir=is_dir):
+                    continue
+                if is_dir:
+                    stack.append((entry.path, relpath))
+                    continue
+                if entry.is_symlink():
+                    verdict = _check_symlink(root, entry.path, relpath)
+                    if verdict is not None:
+                        yield verdict
+                        continue
+                    st = os.stat(entry.path)
+                else:
+                    st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # vanished between listing and stat: it simply is not there this round
+            except OSError as exc:
+                yield Refused(relpath, f"cannot stat: {exc.strerror or exc}")
+                continue
+            if not is_reg(st.st_mode):
+                yield Refused(relpath, f"special file ({_kind(st.st_mode)}), not a regular file")
+                continue
+            mtime = st.st_mtime_ns
+            if now_ns - mtime < settle_ns:
+                yield Settling(relpath)
+                continue
+            yield Candidate(
+                relpath, entry.path, StatKey(st.st_size, mtime, st.st_ctime_ns, st.st_ino)
+            )
 
 
 def _check_symlink(root: str, path: str, relpath: str) -> Refused | None:
