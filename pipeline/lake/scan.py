@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from pipeline.gcpause import gc_paused
 from pipeline.lake.hashing import HashPool
 from pipeline.lake.walk import Candidate, Refused, Settling, StatKey, Unlistable, walk_lake
-from pipeline.metadata.base import utcnow
+from pipeline.metadata.base import UTCDateTime, utcnow
 from pipeline.metadata.ledger import (
     STATUS_INVALID,
     STATUS_OK,
@@ -417,6 +417,9 @@ def _bulk_insert(session: Session, rows: list[dict[str, object]]) -> None:
     converters = []
     for i, name in enumerate(columns):
         proc = table.c[name].type.bind_processor(dialect)
+        if dialect.name == "sqlite" and isinstance(table.c[name].type, UTCDateTime):
+            # pysqlite would adapt each datetime with isoformat(" ") per row; do it once.
+            proc = _sqlite_datetime(proc)
         if proc is not None:
             converters.append((i, proc, {}))
     marker = "?" if dialect.paramstyle == "qmark" else "%s"
@@ -434,6 +437,14 @@ def _bulk_insert(session: Session, rows: list[dict[str, object]]) -> None:
         cursor.executemany(sql, params)
     finally:
         cursor.close()
+
+
+def _sqlite_datetime(proc):  # type: ignore[no-untyped-def]
+    def convert(value):  # type: ignore[no-untyped-def]
+        value = proc(value) if proc is not None else value
+        return value.isoformat(" ") if hasattr(value, "isoformat") else value
+
+    return convert
 
 
 def _finish_scan_row(row: Scan, result: ScanResult) -> None:
