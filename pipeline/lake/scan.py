@@ -179,12 +179,12 @@ def scan(
             for entry in walk_lake(lake, dataset=dataset, settle_seconds=settle):
                 if type(entry) is Candidate:
                     seen.add(entry.path)
-                    row = known.get(entry.path)
-                    if (
-                        row is not None
-                        and not row.deleted
-                        and row.key == entry.key
-                        and row.status in (STATUS_OK, STATUS_INVALID)
+                    raw = known.get(entry.path)
+                    if (  # the fast path: a present, known file whose stat key did not move
+                        raw is not None
+                        and not raw[_DELETED]
+                        and raw[_STATUS] in (STATUS_OK, STATUS_INVALID)
+                        and (raw[2], raw[3], raw[4], raw[5]) == entry.key
                     ):
                         result.unchanged += 1
                     else:
@@ -205,12 +205,12 @@ def scan(
 
         vanished = [
             path
-            for path, row in known.items()
-            if not row.deleted and path not in seen and not _under_any(path, unlisted)
+            for path, raw in known.items()
+            if not raw[_DELETED] and path not in seen and not _under_any(path, unlisted)
         ]
         vanished_by_md5: dict[str, list[str]] = {}
         for path in vanished:
-            md5 = known[path].md5
+            md5 = known[path][_MD5]
             if md5:
                 vanished_by_md5.setdefault(md5, []).append(path)
 
@@ -218,7 +218,7 @@ def scan(
         inserts: list[dict[str, object]] = []
         updates: list[dict[str, object]] = []
         for cand, res in zip(to_hash, hashed, strict=True):
-            row = known.get(cand.path)
+            row = _as_known(known.get(cand.path))
             stat_cols = {
                 "size": cand.key.size,
                 "mtime_ns": cand.key.mtime_ns,
@@ -262,7 +262,7 @@ def scan(
                 updates.append({"row_id": row.id, **cols})
 
         for entry in refused:
-            row = known.get(entry.path)
+            row = _as_known(known.get(entry.path))
             cols = {
                 "status": STATUS_REFUSED,
                 "error": entry.reason,
@@ -282,7 +282,7 @@ def scan(
                 updates.append({"row_id": row.id, **cols})
 
         for path in vanished:
-            row = known[path]
+            row = _as_known(known[path])
             if (
                 path not in renamed_sources
             ):  # a rename's old path is gone, but not "deleted" content
@@ -341,7 +341,7 @@ def _take_lock(session: Session, lake_key: str, *, wait: bool) -> None:
             conn.exec_driver_sql("PRAGMA busy_timeout = 600000")
 
 
-def _load_ledger(session: Session, dataset: str | None) -> dict[str, _Known]:
+def _load_ledger(session: Session, dataset: str | None) -> dict[str, tuple]:
     # Plain driver SQL: ORM/Core result processing (timezone-aware datetimes per row) costs
     # more than the whole walk on a 20k-file no-change rescan.
     sql = (
@@ -362,11 +362,20 @@ def _load_ledger(session: Session, dataset: str | None) -> dict[str, _Known]:
         fetched = cursor.fetchall()
     finally:
         cursor.close()
-    known: dict[str, _Known] = {}
-    for row_id, path, size, mtime, ctime, inode, md5, status, deleted in fetched:
-        key = StatKey(size, mtime, ctime, inode) if size is not None else None
-        known[path] = _Known(row_id, key, md5, status, bool(deleted))
-    return known
+    # Raw driver tuples keyed by path; only the rows a scan actually touches become _Known.
+    return {row[1]: row for row in fetched}
+
+
+# Positions in a raw ledger tuple from _load_ledger.
+_MD5, _STATUS, _DELETED = 6, 7, 8
+
+
+def _as_known(raw: tuple | None) -> _Known | None:
+    if raw is None:
+        return None
+    row_id, _path, size, mtime, ctime, inode, md5, status, deleted = raw
+    key = StatKey(size, mtime, ctime, inode) if size is not None else None
+    return _Known(row_id, key, md5, status, bool(deleted))
 
 
 def _write(
