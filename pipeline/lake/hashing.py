@@ -8,7 +8,7 @@ start-up would cost more than it saves.
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -84,21 +84,25 @@ class HashPool:
         self._futures.append(future)
 
     def results(self) -> list[HashResult]:
+        return list(self.iter_results())
+
+    def iter_results(self) -> Iterator[HashResult]:
+        """Yield one HashResult per added file, in order, as soon as its batch is done: the
+        caller records finished batches while the pool still hashes the rest."""
         if self.workers > 1 and (self._pool is not None or len(self._pending) >= POOL_THRESHOLD):
             rest, self._pending = self._pending, []
             step = max(1, -(-len(rest) // self.workers))  # spread the tail over every worker
             for i in range(0, len(rest), step):
                 self._pending = rest[i : i + step]
                 self._submit()
-        out: list[HashResult] = []
-        for future in self._futures:
-            out.extend(future.result())  # type: ignore[attr-defined]
-        for item in self._pending:  # a small job never started the pool: hash in-process
-            out.append(_hash_one(item))
+        futures, pending = self._futures, self._pending
+        self._pending, self._futures = [], []
+        for future in futures:
+            yield from future.result()  # type: ignore[attr-defined]
+        for item in pending:  # a small job never started the pool: hash in-process
+            yield _hash_one(item)
             if self.on_progress:
                 self.on_progress(1)
-        self._pending, self._futures = [], []
-        return out
 
 
 def _hash_batch(items: list[tuple[str, str]]) -> list[HashResult]:

@@ -37,6 +37,8 @@ from pipeline.metadata.store import MetadataStore, open_store
 
 # last_seen (and last_scan_id) of an unchanged file is refreshed at most this often.
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
+# New ledger rows are inserted in batches of this many as hash results arrive.
+INSERT_BATCH = 2048
 
 
 class ScanBusyError(RuntimeError):
@@ -201,65 +203,72 @@ def scan(
                     result.unreadable.append((entry.path, entry.reason))
             if on_total:
                 on_total(len(to_hash))
-            hashed = hasher.results()
 
-        vanished = [
-            path
-            for path, raw in known.items()
-            if not raw[_DELETED] and path not in seen and not _under_any(path, unlisted)
-        ]
-        vanished_by_md5: dict[str, list[str]] = {}
-        for path in vanished:
-            md5 = known[path][_MD5]
-            if md5:
-                vanished_by_md5.setdefault(md5, []).append(path)
+            vanished = [
+                path
+                for path, raw in known.items()
+                if not raw[_DELETED] and path not in seen and not _under_any(path, unlisted)
+            ]
+            vanished_by_md5: dict[str, list[str]] = {}
+            for path in vanished:
+                md5 = known[path][_MD5]
+                if md5:
+                    vanished_by_md5.setdefault(md5, []).append(path)
 
-        renamed_sources: set[str] = set()
-        inserts: list[dict[str, object]] = []
-        updates: list[dict[str, object]] = []
-        for cand, res in zip(to_hash, hashed, strict=True):
-            row = _as_known(known.get(cand.path))
-            stat_cols = {
-                "size": cand.key.size,
-                "mtime_ns": cand.key.mtime_ns,
-                "ctime_ns": cand.key.ctime_ns,
-                "inode": cand.key.inode,
-                "last_seen": now,
-                "last_scan_id": scan_row.id,
-                "deleted_at": None,
-            }
-            if res.md5 is None:
-                result.unreadable.append((cand.path, res.error or "unreadable"))
-                cols = {**stat_cols, "md5": None, "status": STATUS_UNREADABLE, "error": res.error}
-            else:
-                result.bytes_hashed += cand.key.size
-                cols = {**stat_cols, "md5": res.md5, "status": STATUS_OK, "error": None}
-                if row is None or row.deleted or row.md5 is None:
-                    cols["content_changed_at"] = now
-                    sources = vanished_by_md5.get(res.md5)
-                    if sources:
-                        old = sources.pop(0)
-                        renamed_sources.add(old)
-                        result.renamed.append(
-                            FileChange(cand.path, res.md5, cand.key.size, renamed_from=old)
+            renamed_sources: set[str] = set()
+            inserts: list[dict[str, object]] = []
+            updates: list[dict[str, object]] = []
+            for cand, res in zip(to_hash, hasher.iter_results(), strict=True):
+                row = _as_known(known.get(cand.path))
+                stat_cols = {
+                    "size": cand.key.size,
+                    "mtime_ns": cand.key.mtime_ns,
+                    "ctime_ns": cand.key.ctime_ns,
+                    "inode": cand.key.inode,
+                    "last_seen": now,
+                    "last_scan_id": scan_row.id,
+                    "deleted_at": None,
+                }
+                if res.md5 is None:
+                    result.unreadable.append((cand.path, res.error or "unreadable"))
+                    cols = {
+                        **stat_cols,
+                        "md5": None,
+                        "status": STATUS_UNREADABLE,
+                        "error": res.error,
+                    }
+                else:
+                    result.bytes_hashed += cand.key.size
+                    cols = {**stat_cols, "md5": res.md5, "status": STATUS_OK, "error": None}
+                    if row is None or row.deleted or row.md5 is None:
+                        cols["content_changed_at"] = now
+                        sources = vanished_by_md5.get(res.md5)
+                        if sources:
+                            old = sources.pop(0)
+                            renamed_sources.add(old)
+                            result.renamed.append(
+                                FileChange(cand.path, res.md5, cand.key.size, renamed_from=old)
+                            )
+                        else:
+                            result.new.append(FileChange(cand.path, res.md5, cand.key.size))
+                    elif row.md5 != res.md5:
+                        cols["content_changed_at"] = now
+                        result.changed.append(
+                            FileChange(cand.path, res.md5, cand.key.size, previous_md5=row.md5)
                         )
                     else:
-                        result.new.append(FileChange(cand.path, res.md5, cand.key.size))
-                elif row.md5 != res.md5:
-                    cols["content_changed_at"] = now
-                    result.changed.append(
-                        FileChange(cand.path, res.md5, cand.key.size, previous_md5=row.md5)
-                    )
+                        if row.status == STATUS_INVALID:
+                            # Same bytes: the preprocessor's verdict still holds.
+                            cols["status"] = STATUS_INVALID
+                            cols.pop("error")
+                        result.touched.append(FileChange(cand.path, res.md5, cand.key.size))
+                if row is None:
+                    inserts.append(_new_row(cand.path, cols, now))
+                    if len(inserts) >= INSERT_BATCH:  # insert while the pool hashes the rest
+                        _bulk_insert(session, inserts)
+                        inserts = []
                 else:
-                    if row.status == STATUS_INVALID:
-                        # Same bytes: the preprocessor's verdict still holds.
-                        cols["status"] = STATUS_INVALID
-                        cols.pop("error")
-                    result.touched.append(FileChange(cand.path, res.md5, cand.key.size))
-            if row is None:
-                inserts.append(_new_row(cand.path, cols, now))
-            else:
-                updates.append({"row_id": row.id, **cols})
+                    updates.append({"row_id": row.id, **cols})
 
         for entry in refused:
             row = _as_known(known.get(entry.path))
@@ -283,9 +292,8 @@ def scan(
 
         for path in vanished:
             row = _as_known(known[path])
-            if (
-                path not in renamed_sources
-            ):  # a rename's old path is gone, but not "deleted" content
+            # A rename's old path is gone, but its content was not deleted.
+            if path not in renamed_sources:
                 result.deleted.append(FileChange(path, row.md5))
             updates.append({"row_id": row.id, "deleted_at": now, "last_scan_id": scan_row.id})
 
