@@ -116,7 +116,7 @@ params = {
         description="Random seed of initialisation and shuffling.",
     ),
     "launcher": Param(
-        "local",
+        dagconfig.default_launcher(),
         type="string",
         enum=list(LAUNCHERS),
         title="Launcher",

@@ -36,6 +36,20 @@ def poll_seconds() -> float:
     return value
 
 
+def default_launcher() -> str:
+    """The train form's default launcher (``LAKETRAIN_DEFAULT_LAUNCHER``, default ``local``).
+    The compose stack sets ``docker``: its Airflow image carries no torch, so a local trainer
+    process cannot run there."""
+    from pipeline.orchestration.env_contract import LAUNCHERS
+
+    value = os.environ.get("LAKETRAIN_DEFAULT_LAUNCHER", "local")
+    if value not in LAUNCHERS:
+        raise ValueError(
+            f"LAKETRAIN_DEFAULT_LAUNCHER={value!r}: must be one of {', '.join(LAUNCHERS)}"
+        )
+    return value
+
+
 def recipe_names() -> list[str]:
     """Datasets with a recipe file (the train form's dataset choices)."""
     from pipeline.datasets.recipes import list_recipes

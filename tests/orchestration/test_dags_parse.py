@@ -130,3 +130,11 @@ def test_train_without_auto_train_recipes_is_manual_only(tmp_path: Path) -> None
     (recipes / "manual.toml").write_text('modality = "image"\n')
     dag = parse(REPO / "dags" / "train.py", tmp_path, RECIPES_DIR=str(recipes))["dags"]["train"]
     assert dag["timetable"] == "NullTimetable" and dag["assets"] == []
+
+
+def test_the_default_launcher_comes_from_the_deployment(tmp_path: Path) -> None:
+    # The compose stack's Airflow image has no torch: there the form must default to docker.
+    dag = parse(REPO / "dags" / "train.py", tmp_path, LAKETRAIN_DEFAULT_LAUNCHER="docker")
+    assert dag["dags"]["train"]["param_defaults"]["launcher"] == "docker"
+    bad = parse(REPO / "dags" / "train.py", tmp_path, LAKETRAIN_DEFAULT_LAUNCHER="slurm")
+    assert "LAKETRAIN_DEFAULT_LAUNCHER='slurm'" in " ".join(bad["import_errors"].values())
