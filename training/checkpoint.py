@@ -414,9 +414,8 @@ class CheckpointManager:
                     )
                     return None
             try:
-                state = torch.load(
-                    tmp_dir / STATE_FILE, map_location=map_location, weights_only=True
-                )
+                path = tmp_dir / STATE_FILE
+                state = torch.load(path, map_location=map_location, weights_only=True)
             except Exception as exc:
                 log.warning("checkpoint %s could not be loaded (%s); skipping it", url, exc)
                 return None

@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import secrets
 import shutil
-import socket
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -61,7 +60,9 @@ from pipeline.metadata.datasets import (
     VersionInvalid,
     VersionSegment,
 )
+from pipeline.metadata.driver import driver_executemany, driver_rows
 from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK, LedgerFile
+from pipeline.metadata.locks import ensure_lock_row, take_lock_row
 from pipeline.metadata.store import MetadataStore, open_store
 
 DEFAULT_MAX_FILES = 512
@@ -243,26 +244,11 @@ def plan(
     return shards
 
 
-def _driver_rows(session: Session, sql: str, params: tuple) -> list[tuple]:
-    """Rows of ``sql`` (written with ``?`` markers) through the DBAPI cursor, in the session's
-    transaction. Plan and commit read one row per file of the dataset on every build: SQLAlchemy's
-    per-row result processing would cost more than the queries themselves."""
-    conn = session.connection()
-    if conn.dialect.paramstyle != "qmark":
-        sql = sql.replace("?", "%s")
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-    finally:
-        cursor.close()
-
-
 def _files_to_process(session: Session, dataset: str, rh: str) -> list[tuple]:
     """(path, md5, size) of the dataset's current files whose content has no processed sample
     under recipe ``rh``, by path: one anti-join on the (md5, recipe_hash) key, so a build that
     adds 1 % of files reads 1 % of rows, not a set of every md5 ever processed."""
-    rows = _driver_rows(
+    rows = driver_rows(
         session,
         "SELECT l.path, l.md5, l.size FROM ledger_files l "
         "WHERE l.dataset = ? AND l.deleted_at IS NULL AND l.md5 IS NOT NULL AND l.status IN (?, ?) "
@@ -280,7 +266,7 @@ def _current_files(
     what recipe ``rh`` made of each of their contents. Two plain reads, joined here: a SQL join
     probes the (md5, recipe_hash) index once per file, measured 2-3x slower on SQLite than
     reading both row sets in order; and sorting in Python beats SQLite's temp B-tree."""
-    files = _driver_rows(
+    files = driver_rows(
         session,
         "SELECT path, md5, size, mtime_ns, status, error FROM ledger_files WHERE dataset = ? AND deleted_at IS NULL",
         (dataset,),
@@ -291,7 +277,7 @@ def _current_files(
     processed: dict[str, _Processed] = {}
     if len(wanted) > 2000:
         # Cheaper to read the recipe's whole table than to send thousands of bound values.
-        rows = _driver_rows(
+        rows = driver_rows(
             session, f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ?", (rh,)
         )
     else:
@@ -299,7 +285,7 @@ def _current_files(
         rows = []
         for i in range(0, len(md5s), 1000):
             chunk = md5s[i : i + 1000]
-            rows += _driver_rows(
+            rows += driver_rows(
                 session,
                 f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ? AND md5 IN ({', '.join('?' * len(chunk))})",
                 (rh, *chunk),
@@ -661,9 +647,9 @@ def commit(
                 _record_segment(store, dataset, read_info(folder))
     pause_hook("before_commit")
     sidecar = load_sidecar(lake / dataset, recipe)
-    _ensure_lock_row(store, dataset)
+    ensure_lock_row(store, DatasetLock, dataset)
     with store.session() as session:
-        _take_lock(session, dataset)
+        take_lock_row(session, DatasetLock, dataset)
         files, processed = _current_files(session, dataset, rh)
         latest = latest_committed(session, dataset)
         parent_rows, known_splits = (
@@ -840,7 +826,7 @@ def _version_paths(
     session: Session, version_id: str
 ) -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
     """{path: (md5, label)} of a version's samples (its first row per path), and {md5: split}."""
-    rows = _driver_rows(
+    rows = driver_rows(
         session,
         "SELECT idx, path, md5, label, split FROM version_samples WHERE version_id = ?",
         (version_id,),
@@ -1114,20 +1100,16 @@ def _insert_version_rows(
     conn = session.connection()
     # Straight to the DBAPI cursor's executemany with tuples: this is one row per sample per
     # version, and SQLAlchemy's per-row parameter processing would double its cost.
-    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    sql = (
+    driver_executemany(
+        session,
         "INSERT INTO version_samples (version_id, idx, path, md5, label, split, duplicate) "
-        f"VALUES ({', '.join([mark] * 7)})"
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (version_id, i, s.path, s.md5, s.label, s.split, s.duplicate)
+            for i, s in enumerate(samples)
+        ],
+        batch=_INSERT_BATCH,
     )
-    rows = [
-        (version_id, i, s.path, s.md5, s.label, s.split, s.duplicate) for i, s in enumerate(samples)
-    ]
-    cursor = conn.connection.cursor()  # the DBAPI cursor, same transaction
-    try:
-        for i in range(0, len(rows), _INSERT_BATCH):
-            cursor.executemany(sql, rows[i : i + _INSERT_BATCH])
-    finally:
-        cursor.close()
     if invalid:
         conn.execute(insert(VersionInvalid), [{"version_id": version_id, **r} for r in invalid])
     if seg_ids:
@@ -1151,23 +1133,6 @@ def _version_of(row: DatasetVersion) -> Version:
         created_at=row.created_at.isoformat(),
         path=row.path,
         invalid=row.invalid,
-    )
-
-
-def _ensure_lock_row(store: MetadataStore, dataset: str) -> None:
-    try:
-        with store.session() as session:
-            if session.get(DatasetLock, dataset) is None:
-                session.add(DatasetLock(dataset=dataset))
-    except IntegrityError:
-        pass  # another process created it first
-
-
-def _take_lock(session: Session, dataset: str) -> None:
-    session.execute(
-        update(DatasetLock)
-        .where(DatasetLock.dataset == dataset)
-        .values(holder=f"{socket.gethostname()}:{os.getpid()}", since=utcnow())
     )
 
 

@@ -8,7 +8,6 @@ result instead of hashing the same files again.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -17,13 +16,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sqlalchemy import and_, bindparam, update
-from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from pipeline.gcpause import gc_paused
 from pipeline.lake.hashing import HashPool
 from pipeline.lake.walk import Candidate, Refused, Settling, StatKey, Unlistable, walk_lake
 from pipeline.metadata.base import UTCDateTime, utcnow
+from pipeline.metadata.driver import driver_executemany, driver_rows
 from pipeline.metadata.ledger import (
     STATUS_INVALID,
     STATUS_OK,
@@ -33,6 +32,7 @@ from pipeline.metadata.ledger import (
     LedgerFile,
     Scan,
 )
+from pipeline.metadata.locks import LockBusyError, ensure_lock_row, take_lock_row
 from pipeline.metadata.store import MetadataStore, open_store
 
 # last_seen (and last_scan_id) of an unchanged file is refreshed at most this often.
@@ -162,10 +162,15 @@ def scan(
     workers = workers or settings.hash_workers
     lake_key = os.path.realpath(lake)
 
-    _ensure_lock_row(store, lake_key)
+    ensure_lock_row(store, LakeLock, lake_key)
     started = time.perf_counter()
     with store.session() as session:
-        _take_lock(session, lake_key, wait=wait)
+        try:
+            take_lock_row(session, LakeLock, lake_key, wait=wait)
+        except LockBusyError as exc:
+            raise ScanBusyError(
+                f"another scan of the lake {lake_key} is running; try again when it finishes"
+            ) from exc
         scan_row = Scan(lake=lake_key, dataset=dataset)
         session.add(scan_row)
         session.flush()
@@ -317,38 +322,6 @@ def _under_any(path: str, prefixes: list[str]) -> bool:
     return any(p == "" or path == p or path.startswith(p + "/") for p in prefixes)
 
 
-def _ensure_lock_row(store: MetadataStore, lake_key: str) -> None:
-    try:
-        with store.session() as session:
-            if session.get(LakeLock, lake_key) is None:
-                session.add(LakeLock(lake=lake_key))
-    except IntegrityError:
-        pass  # another process created it first
-
-
-def _take_lock(session: Session, lake_key: str, *, wait: bool) -> None:
-    conn = session.connection()
-    dialect = conn.dialect.name
-    busy = ScanBusyError(
-        f"another scan of the lake {lake_key} is running; try again when it finishes"
-    )
-    if dialect == "sqlite" and not wait:
-        conn.exec_driver_sql("PRAGMA busy_timeout = 0")
-    if dialect == "postgresql" and not wait:
-        conn.exec_driver_sql("SET LOCAL lock_timeout = '1ms'")
-    try:
-        session.execute(
-            update(LakeLock)
-            .where(LakeLock.lake == lake_key)
-            .values(holder=f"{socket.gethostname()}:{os.getpid()}", since=utcnow())
-        )
-    except OperationalError as exc:
-        raise busy from exc
-    finally:
-        if dialect == "sqlite" and not wait:
-            conn.exec_driver_sql("PRAGMA busy_timeout = 600000")
-
-
 def _load_ledger(session: Session, dataset: str | None) -> dict[str, tuple]:
     # Plain driver SQL: ORM/Core result processing (timezone-aware datetimes per row) costs
     # more than the whole walk on a 20k-file no-change rescan.
@@ -358,18 +331,9 @@ def _load_ledger(session: Session, dataset: str | None) -> dict[str, tuple]:
     )
     params: tuple[object, ...] = ()
     if dataset is not None:
-        sql += (
-            " WHERE dataset = %s"
-            if session.connection().dialect.name == "postgresql"
-            else " WHERE dataset = ?"
-        )
+        sql += " WHERE dataset = ?"
         params = (dataset,)
-    cursor = session.connection().connection.cursor()  # the DBAPI cursor, same transaction
-    try:
-        cursor.execute(sql, params)
-        fetched = cursor.fetchall()
-    finally:
-        cursor.close()
+    fetched = driver_rows(session, sql, params)
     # Raw driver tuples keyed by path; only the rows a scan actually touches become _Known.
     return {row[1]: row for row in fetched}
 
@@ -439,8 +403,9 @@ def _bulk_insert(session: Session, rows: list[dict[str, object]]) -> None:
             proc = _sqlite_datetime(proc)
         if proc is not None:
             converters.append((i, proc, {}))
-    marker = "?" if dialect.paramstyle == "qmark" else "%s"
-    sql = f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join([marker] * len(columns))})"
+    sql = (
+        f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    )
     params = []
     for row in rows:
         values = [row.get(c) for c in columns]
@@ -449,11 +414,7 @@ def _bulk_insert(session: Session, rows: list[dict[str, object]]) -> None:
             if v is not None:
                 values[i] = cache[v] if v in cache else cache.setdefault(v, proc(v))
         params.append(values)
-    cursor = conn.connection.cursor()
-    try:
-        cursor.executemany(sql, params)
-    finally:
-        cursor.close()
+    driver_executemany(session, sql, params)
 
 
 def _sqlite_datetime(proc):  # type: ignore[no-untyped-def]
