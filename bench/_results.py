@@ -17,10 +17,11 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def write_section(name: str, body: str) -> None:
-    """Replace the `## name` section of RESULTS.md with ``body`` (under a file lock)."""
+def write_section(name: str, body: str, *, where: str | None = None) -> None:
+    """Replace the `## name` section of RESULTS.md with ``body`` (under a file lock).
+    ``where`` names the machine when the figures came from another one (a borrowed GPU box)."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    section = f"## {name}\n\n_{stamp}, {machine()}_\n\n{body.strip()}\n"
+    section = f"## {name}\n\n_{stamp}, {where or machine()}_\n\n{body.strip()}\n"
     RESULTS.touch()
     with open(RESULTS, "r+", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
