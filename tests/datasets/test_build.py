@@ -259,6 +259,28 @@ def test_a_file_changed_after_the_scan_is_left_for_the_next_build(store, home):
     assert report.decoded == 1 and report.version.samples == 6 and report.version.changed == 0
 
 
+def test_threaded_decode_writes_the_same_segment_as_one_thread(sqlite_store, home, tmp_path):
+    """A one-shard plan is decoded in threads by the local build: the segment it writes (rows,
+    their order, the invalid file, a file changed after the scan) equals the one-thread one."""
+    from pipeline.datasets.build import plan, process
+    from pipeline.lake.scan import scan
+
+    image_lake(home, per_class=5)
+    (home / "lake" / "pets" / "dog" / "fake.jpg").write_bytes(b"not a jpeg at all")
+    scan(home / "lake", dataset="pets", store=sqlite_store)
+    (shard,) = plan("pets", store=sqlite_store)
+    write_jpeg(home / "lake" / "pets" / "cat" / "002.jpg", seed=4242)  # changed after the scan
+    one = process(shard, store=sqlite_store, data_root=tmp_path / "one")
+    many = process(shard, store=sqlite_store, data_root=tmp_path / "many", threads=4)
+    assert (one.decoded, one.invalid) == (many.decoded, many.invalid) == (10, 1)
+    assert one.segment_id == many.segment_id != shard.segment_id  # the changed file is left out
+    a, b = tmp_path / "one" / one.path, tmp_path / "many" / many.path
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and "segment.json" in names
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
 def test_metadata_lines_are_exactly_sorted_json():
     from pipeline.datasets.build import _metadata_line, _Sample
 
