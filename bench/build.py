@@ -5,8 +5,11 @@ the same files (what any build must at least pay).
 
 Target: incremental build <= 3 % of the full build time.
 
-Images are 320x240 crops of scikit-learn's sample photos (real JPEG content, q90), in 10
-class folders, built with a 96x96 RGB recipe (center_crop); the store is SQLite under bench/_work/build.
+Run at two source sizes (``--sizes``), both built with a 96x96 RGB recipe (center_crop), in 10
+class folders, SQLite store under bench/_work/build: 320x240 crops (small thumbnails, where the
+per-file bookkeeping weighs most) and 1024x768 crops (a common photo size; still small for a
+camera). The pixels are real photo content (scikit-learn's sample photos, tiled with mirrors
+where the crop is larger than a photo), q90, with a distinct corner stamp per file.
 """
 
 from __future__ import annotations
@@ -25,6 +28,23 @@ WORK = Path(__file__).resolve().parent / "_work" / "build"
 RECIPE = 'modality = "image"\n[image]\nsize = 96\nchannels = 3\nresize = "center_crop"\n[split]\nval_fraction = 0.2\n'
 
 
+def _canvas(w: int, h: int):
+    """The sample photos side by side, mirrored and tiled until the canvas holds a w x h crop
+    with room to move: real photo texture at its native resolution (upscaling would make the
+    files smoother, smaller and cheaper to decode than real photos of that size)."""
+    import numpy as np
+    from sklearn.datasets import load_sample_images
+
+    photos = load_sample_images().images
+    ph = min(p.shape[0] for p in photos)
+    strip = np.concatenate([p[:ph] for p in photos], axis=1)
+    reps_y = -(-(h + 64) // ph)
+    reps_x = -(-(w + 64) // strip.shape[1])
+    rows = [strip if i % 2 == 0 else strip[::-1] for i in range(reps_y)]
+    tile = np.concatenate(rows, axis=0)
+    return np.concatenate([tile if i % 2 == 0 else tile[:, ::-1] for i in range(reps_x)], axis=1)
+
+
 def make_images(
     lake: Path, count: int, start: int = 0, *, classes: int = 10, w: int = 320, h: int = 240
 ) -> list[Path]:
@@ -33,10 +53,11 @@ def make_images(
     from sklearn.datasets import load_sample_images
 
     photos = load_sample_images().images
+    big = None if all(p.shape[0] > h and p.shape[1] > w for p in photos) else _canvas(w, h)
     paths = []
     for i in range(start, start + count):
         rng = np.random.default_rng(i)
-        photo = photos[i % len(photos)]
+        photo = photos[i % len(photos)] if big is None else big
         y = int(rng.integers(0, photo.shape[0] - h))
         x = int(rng.integers(0, photo.shape[1] - w))
         crop = photo[y : y + h, x : x + w].copy()
@@ -74,8 +95,8 @@ def pillow_loop(paths: list[Path]) -> float:
     t = time.perf_counter()
     for p in paths:
         with Image.open(p) as img:
-            img.draft("RGB", (64, 64))
-            img.convert("RGB").resize((64, 64))
+            img.draft("RGB", (96, 96))
+            img.convert("RGB").resize((96, 96))
     return time.perf_counter() - t
 
 
@@ -85,10 +106,13 @@ def use_store(data: Path) -> None:
     registry, migrations, SQLAlchemy statement caches) count in no measured build: an ingest
     worker is a long-running process."""
     from pipeline.datasets.build import run_build
+    from pipeline.metadata.store import forget_store
     from pipeline.settings import get_settings
 
+    url = f"sqlite:///{data / 'metadata.db'}"
+    forget_store(url)  # an earlier size's store at this path was deleted with its folder
     os.environ["DATA_ROOT"] = str(data)
-    os.environ["METADATA_DB_URL"] = f"sqlite:///{data / 'metadata.db'}"
+    os.environ["METADATA_DB_URL"] = url
     get_settings.cache_clear()
     run_build("warmup", workers=1)
 
@@ -101,23 +125,14 @@ def timed_build(workers: int):
     return time.perf_counter() - t, report
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--images", type=int, default=5000)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    ap.add_argument(
-        "--full-runs",
-        type=int,
-        default=3,
-        help="full builds, each on a fresh store; the median is reported",
-    )
-    ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
-    args = ap.parse_args()
-
+def measure(w: int, h: int, args: argparse.Namespace) -> tuple[str, float]:
+    """One source size: the full builds, the no-change rebuild and three 1 % increments.
+    Returns the markdown block and the incremental / full ratio."""
     shutil.rmtree(WORK, ignore_errors=True)
     setup_env(WORK)
-    paths = make_images(WORK / "lake", args.images)
+    paths = make_images(WORK / "lake", args.images, w=w, h=h)
     extra = max(1, args.images // 100)
+    mb = sum(p.stat().st_size for p in paths) / 1e6
 
     pillow_loop(paths)  # warm the page cache for every contender
     base_s = pillow_loop(paths)
@@ -148,7 +163,7 @@ def main() -> None:
     # this machine is shared and noisy.
     incs = []
     for k in range(3):
-        make_images(WORK / "lake", extra, start=args.images + k * extra)
+        make_images(WORK / "lake", extra, start=args.images + k * extra, w=w, h=h)
         inc_s, inc = timed_build(args.workers)
         assert inc.decoded == extra and inc.version.added == extra, inc.to_dict()
         incs.append((inc_s, inc))
@@ -163,6 +178,7 @@ def main() -> None:
     # build's per-file rate) plus the per-file bookkeeping of a self-contained version.
     decode_s = full.seconds["process"] / args.images * extra
     book_s = inc.seconds["scan"] + inc.seconds["plan"] + inc.seconds["commit"]
+    samples = inc.version.samples
     rows = [
         (
             f"full build (scan + decode + publish), median of {args.full_runs}",
@@ -171,7 +187,7 @@ def main() -> None:
             + " s",
         ),
         (
-            "baseline: Pillow decode loop, 1 process",
+            "baseline: Pillow decode loop (draft + resize), 1 process",
             f"{base_s:.2f} s ({args.images / base_s:,.0f} images/s)",
         ),
         ("full build / Pillow loop", f"{base_s / full_s:.2f}x the loop's throughput"),
@@ -180,49 +196,71 @@ def main() -> None:
             f"{inc_s * 1000:.0f} ms, {inc.decoded} decoded: {phases}; all runs {inc_all} ms",
         ),
         (
-            "incremental / full",
-            f"{ratio * 100:.2f} % (target <= 3 %) {'OK' if ratio <= 0.03 else 'MISSED'}",
+            "**incremental / full**",
+            f"**{ratio * 100:.2f} %** (target <= 3 %) {'MET' if ratio <= 0.03 else 'MISSED'}",
         ),
         ("no-change rebuild", f"{none_s * 1000:.0f} ms, {none.decoded} decoded, no version"),
         (
-            "per sample: decode + segment write (full build, process phase)",
-            f"{full.seconds['process'] / args.images * 1e6:.0f} µs wall",
+            "per file: decode + segment write (full build, process phase, wall)",
+            f"{full.seconds['process'] / args.images * 1e6:.0f} µs",
         ),
         (
-            "per sample: scan + commit bookkeeping (incremental build)",
-            f"{(inc.seconds['scan'] + inc.seconds['commit']) / inc.version.samples * 1e6:.0f} µs wall",
+            f"per sample: scan + plan + commit bookkeeping (incremental build, {samples:,} samples)",
+            f"{book_s / samples * 1e6:.1f} µs (scan {inc.seconds['scan'] / samples * 1e6:.1f}, "
+            f"commit {inc.seconds['commit'] / samples * 1e6:.1f}) = {book_s / full_s * 100:.2f} % of the full build",
         ),
         (
-            f"floor part 1: decoding the {extra} new files at the full build's rate",
+            f"the {extra} new files' decode at the full build's rate",
             f"{decode_s * 1000:.0f} ms = {decode_s / full_s * 100:.2f} % of the full build",
         ),
-        (
-            f"floor part 2: O(files) bookkeeping of the incremental build (scan + plan + commit, {inc.version.samples:,} samples)",
-            f"{book_s * 1000:.0f} ms = {book_s / full_s * 100:.2f} % of the full build",
-        ),
     ]
-    body = (
-        f"{args.images:,} JPEG images (320x240 photo crops, q90) → 96x96 RGB npy version, "
-        f"{args.workers} worker processes, SQLite store.\n\n"
+    block = (
+        f"**{w}x{h} sources** ({mb / args.images * 1000:.0f} KB per file on average, {mb:,.0f} MB "
+        f"in all), {args.workers} worker processes:\n\n"
+        + "| measure | figure |\n|---|---|\n"
+        + "\n".join(f"| {a} | {b} |" for a, b in rows)
+        + "\n"
     )
-    body += "| measure | figure |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+    print(block, flush=True)
+    return block, ratio
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--images", type=int, default=5000)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    ap.add_argument(
+        "--sizes",
+        default="320x240,1024x768",
+        help="source JPEG sizes to measure, WxH, comma-separated",
+    )
+    ap.add_argument(
+        "--full-runs",
+        type=int,
+        default=3,
+        help="full builds, each on a fresh store; the median is reported",
+    )
+    ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
+    args = ap.parse_args()
+    sizes = [tuple(int(v) for v in size.lower().split("x")) for size in args.sizes.split(",")]
+
+    blocks = [measure(w, h, args)[0] for w, h in sizes]
+    body = (
+        f"{args.images:,} JPEG images (q90 crops of real photos) → a 96x96 RGB npy version, "
+        "SQLite store; the target applies to each source size.\n\n" + "\n".join(blocks)
+    )
     body += (
-        "\n\nEvery build stats every file and writes a self-contained version (one metadata line, "
-        "one index entry and one `version_samples` row per sample), so an incremental build "
-        "costs O(files) bookkeeping plus O(new files) decoding. The ratio is the bookkeeping "
-        "per sample over the decode cost per sample: the larger the source images, the smaller it is. "
-        f"Here the bookkeeping alone is {book_s / inc.version.samples * 1e6:.1f} µs per sample (commit "
-        f"{inc.seconds['commit'] / inc.version.samples * 1e6:.1f}) "
-        f"against {full.seconds['process'] / args.images * 1e6:.0f} µs of decode per sample in the full build, "
-        f"so at these costs 1 % new files cannot take less than {(decode_s + book_s) / full_s * 100:.1f} % of the "
-        f"full build; 3 % would need the whole bookkeeping under "
-        f"{max(0.0, 0.03 * full_s - decode_s) / inc.version.samples * 1e6:.1f} µs per sample, of which the "
-        f"ledger scan (lake/scan.py, bench/scan.py) alone takes {inc.seconds['scan'] / inc.version.samples * 1e6:.1f}. "
-        "The bookkeeping is: the scan (stat every file, read the ledger, mark "
-        "every row seen), then in commit one read of the ledger and of the recipe's processed rows, "
-        "the sample list and its content-addressed id, the train mean/std from per-content sums, the "
-        "version's files (metadata.jsonl, four index arrays, manifest; one batch of syncs) and one "
-        "`version_samples` row per sample; all of it through the DBAPI cursor, none of it per-row ORM."
+        "\nWhy the source size decides: every build stats every file (DESIGN: the ledger's fast "
+        "path) and publishes a self-contained version (one metadata line, one index entry and one "
+        "`version_samples` row per sample), so an incremental build costs O(files) bookkeeping "
+        "plus the decode of the new files, while the full build costs the decode of every file. "
+        "The ratio is therefore about (bookkeeping per sample + 1 % of a decode) / (decode per "
+        "file): for 3 % the bookkeeping must stay under about 2 % of one file's decode. Small "
+        "thumbnails decode in well under a millisecond, so there even the stat of every file "
+        "plus writing one metadata line per sample exceeds that, however lean the rest; a photo "
+        "of ordinary size decodes in several milliseconds and the same bookkeeping stays far "
+        "under it. A one-shard increment is decoded in threads (hashlib and Pillow release the "
+        "GIL), so it uses every core like the full build's worker processes.\n"
     )
     print(body)
     if not args.no_write:

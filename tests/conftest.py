@@ -62,10 +62,9 @@ def pg_url() -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     yield url
-    from pipeline.metadata import store as store_mod
+    from pipeline.metadata.store import forget_store
 
-    for key in [k for k in store_mod._stores if k == url]:
-        store_mod._stores.pop(key).dispose()
+    forget_store(url)
     with psycopg.connect(_libpq(PG_ADMIN_URL), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

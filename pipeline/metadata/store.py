@@ -68,13 +68,19 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply migrations up to ``revision``; concurrent callers on PostgreSQL wait their turn."""
+    """Apply migrations up to ``revision``; concurrent callers wait their turn, then find the
+    store current (alembic reads the revision again under the lock) and change nothing."""
     from alembic import command
 
     cfg = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+        elif engine.dialect.name == "sqlite":
+            # The driver opens no transaction before DDL, so two processes on a fresh file would
+            # both create alembic_version. BEGIN IMMEDIATE takes the write lock first (waiting
+            # up to the busy timeout) and holds the whole upgrade in one transaction.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
@@ -128,3 +134,12 @@ def open_store(url: str | None = None) -> MetadataStore:
         if store is None:
             store = _stores[url] = MetadataStore(url)
         return store
+
+
+def forget_store(url: str) -> None:
+    """Close and drop the cached handle on ``url`` (its database is about to be deleted or
+    replaced): the next open_store(url) connects and migrates afresh."""
+    with _stores_lock:
+        store = _stores.pop(url, None)
+    if store is not None:
+        store.dispose()

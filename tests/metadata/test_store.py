@@ -59,3 +59,36 @@ def test_every_model_is_covered_by_the_migrations(db_url):
         columns = {c["name"] for c in insp.get_columns(table.name)}
         assert {c.name for c in table.columns} <= columns, table.name
     store.dispose()
+
+
+_OPEN_AT_ONCE = """
+import sys, time
+from pipeline.metadata.store import MetadataStore, current_revision, head_revision
+start = float(sys.argv[2])
+while time.time() < start:  # every process opens the fresh store at the same instant
+    time.sleep(0.001)
+store = MetadataStore(sys.argv[1])
+assert current_revision(store.engine) == head_revision()
+"""
+
+
+def test_processes_opening_a_fresh_store_at_once_migrate_it_once(db_url):
+    """First use from several processes at once (a build's worker pool, two CLI commands on a
+    new machine): one migrates, the others wait and find it current; none fails."""
+    import subprocess
+    import sys
+    import time
+
+    start = time.time() + 3.0  # after every interpreter has started and imported
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AT_ONCE, db_url, str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, "\n".join(outputs)
+    assert current_revision(make_engine(db_url)) == head_revision()

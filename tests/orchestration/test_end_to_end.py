@@ -142,10 +142,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         st.stop()
         moto.stop()
-        from pipeline.metadata import store as store_mod
+        from pipeline.metadata.store import forget_store
 
-        for key in [k for k in store_mod._stores if k == db_url]:
-            store_mod._stores.pop(key).dispose()
+        forget_store(db_url)
         with psycopg.connect(_libpq(PG_ADMIN_URL), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
