@@ -48,8 +48,10 @@ def version_id_for(
     same lake content under the same recipe always gets the same id. (The dataset name is in
     the hash so that two lake folders with identical content still get distinct ids.)"""
     digest = hashlib.sha256(f"{_VERSION_ID_FORMAT}\n{dataset}\n{recipe_hash}\n".encode())
-    for md5, label, split in sorted((m, lab or "", s) for m, lab, s in samples):
-        digest.update(f"{md5}\t{label}\t{split}\n".encode())
+    # One joined update, not one per sample: the same bytes, a fraction of the calls (this runs
+    # over every sample on every commit).
+    rows = sorted((m, lab or "", s) for m, lab, s in samples)
+    digest.update("".join([f"{md5}\t{label}\t{split}\n" for md5, label, split in rows]).encode())
     return digest.hexdigest()
 
 

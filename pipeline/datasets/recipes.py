@@ -432,11 +432,36 @@ def recipe_path(dataset: str, recipes_dir: Path | None = None) -> Path:
     return recipes_dir / f"{dataset}.toml"
 
 
+class DatasetNameError(ValueError):
+    """A dataset name that cannot be a first-level folder of the lake."""
+
+
+def check_dataset_name(dataset: str) -> str:
+    """``dataset`` unchanged if it names one first-level lake folder the scan would walk; else
+    DatasetNameError. Every entry point (build, plan, process, commit) passes through
+    load_recipe, so ``../etc`` is refused for its name before any path is built from it."""
+    from pipeline.lake.walk import is_ignored_name
+
+    problem = None
+    if not dataset:
+        problem = "must not be empty"
+    elif "/" in dataset or "\x00" in dataset or dataset in (".", ".."):
+        problem = "must be one folder name of the lake, without '/' (not '.' or '..')"
+    elif is_ignored_name(dataset, is_dir=True):
+        problem = "must not start with '.' or '_' (the lake scan skips such folders)"
+    elif len(dataset.encode()) > 255:
+        problem = "must be at most 255 bytes (a folder name)"
+    if problem:
+        raise DatasetNameError(f"dataset name {dataset!r}: {problem}")
+    return dataset
+
+
 def load_recipe(
     dataset: str, *, recipes_dir: Path | None = None, lake_dir: Path | None = None
 ) -> Recipe:
     """The recipe of ``dataset``: ``recipes/<dataset>.toml`` when it exists, else the default
     recipe for the file types in ``lake/<dataset>``."""
+    check_dataset_name(dataset)
     recipes_dir, lake_dir = _settings_dirs(recipes_dir, lake_dir)
     path = recipes_dir / f"{dataset}.toml"
     source = _display(path)

@@ -359,3 +359,25 @@ def test_a_table_with_other_columns_is_left_out_not_fatal(store, home):
     assert "sample shape" in bad["reason"]
     # The first file (in md5 order) sets the shape; the other one is left out.
     assert report.version.samples == (1 if bad["path"] == "tab/a.csv" else 2)
+
+
+def test_version_id_is_the_documented_sha256_whatever_the_sample_order():
+    """The id is DESIGN's formula (a format tag, the dataset, the recipe hash, then the sorted
+    md5 / label / split lines), spelled out here independently of the code."""
+    from pipeline.datasets.manifest import version_id_for
+
+    samples = [("b" * 32, "dog", "val"), ("a" * 32, None, "train"), ("a" * 32, "cat", "train")]
+    expected = hashlib.sha256(
+        b"laketrain-version-1\npets\nrh123\n"
+        + b"".join(
+            f"{m}\t{lab}\t{s}\n".encode()
+            for m, lab, s in [
+                ("a" * 32, "", "train"),
+                ("a" * 32, "cat", "train"),
+                ("b" * 32, "dog", "val"),
+            ]
+        )
+    ).hexdigest()
+    assert version_id_for("pets", "rh123", samples) == expected
+    assert version_id_for("pets", "rh123", samples[::-1]) == expected
+    assert version_id_for("cats", "rh123", samples) != expected

@@ -85,3 +85,24 @@ def test_unknown_version_and_bad_recipe_fail_with_a_message(store, home):
     (home / "recipes" / "pets.toml").write_text('modality = "video"\n')
     result = runner.invoke(app, ["build", "pets"])
     assert result.exit_code == 2 and "modality" in result.output and "image" in result.output
+
+
+def test_a_dataset_name_that_is_not_a_lake_folder_is_refused_for_its_name(store, home):
+    """`build ../etc` must fail on the name itself, before any recipe or lake path is built
+    from it; nothing is written outside the lake, and the ledger stays empty."""
+    from pipeline.cli import app
+
+    image_lake(home, per_class=1)
+    (home / "etc.toml").write_text('modality = "image"\n')  # a recipe `../etc` would reach
+    for name, why in [
+        ("../etc", "without '/'"),
+        ("..", "not '.' or '..'"),
+        ("pets/cat", "without '/'"),
+        (".pets", "must not start with '.' or '_'"),
+        ("_staging", "must not start with '.' or '_'"),
+    ]:
+        result = runner.invoke(app, ["build", name])
+        assert result.exit_code == 2, (name, result.output)
+        flat = " ".join(result.output.split())  # rich wraps long lines
+        assert f"dataset name {name!r}" in flat and why in flat, (name, flat)
+    assert json.loads(_run("files", "--json")) == []  # refused before any scan
