@@ -1,5 +1,7 @@
 """``python -m training``: parse the environment contract and flags, train, exit with the code
-the orchestrator understands (0 done, 2 bad config, 3 data refused, 75 preempted, 1 failed)."""
+the orchestrator understands (0 done, 2 bad config, 3 data refused, 75 preempted, 1 failed).
+When the run wants several processes (TRAIN_NPROC, or one per visible GPU) it starts them under
+torchrun and exits with their combined code (training/launch.py)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,31 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from training.launch import record_exit_code
+
+    code = _main(argv)
+    record_exit_code(code)  # a torchrun worker tells its launcher why it stopped
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from training.config import ConfigError, resolve
+    from training.exit_codes import EXIT_CONFIG, EXIT_OK
 
     try:
         cfg, target, ns = resolve(argv)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     if ns.print_config:
         print(json.dumps({"config": cfg.to_dict(), "target": target.__dict__}, indent=2))
-        return 0
+        return EXIT_OK
+    from training.launch import is_worker, launch, processes_wanted
+
+    if not is_worker():
+        nproc = processes_wanted(cfg)
+        if nproc > 1:
+            return launch(nproc, list(sys.argv[1:] if argv is None else argv))
     from training.runner import run
 
     return run(cfg, target)

@@ -159,6 +159,12 @@ class RuntimeConfig:
     )
     empty_cache: bool = _f(True, "torch.cuda.empty_cache() at epoch ends (CUDA only).")
     log_every: int = _f(1, "Write a metrics.jsonl train record every N steps.", lo=1)
+    nproc: int = _f(
+        0,
+        "Training processes on this machine (DDP under torchrun): 0 = one per visible GPU "
+        "(1 without CUDA or with device cpu); N = N processes (gloo on the CPU).",
+        lo=0,
+    )
 
 
 @dataclass

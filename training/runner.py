@@ -29,6 +29,13 @@ from training.distributed import (
     init_distributed,
     shutdown,
 )
+from training.exit_codes import (  # noqa: F401 - re-exported: the contract
+    EXIT_CONFIG,
+    EXIT_DATA,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+)
 from training.guards import (
     DataCheckError,
     NonFiniteLossError,
@@ -38,8 +45,6 @@ from training.guards import (
 from training.loop import SignalFlag, StopRequested, Trainer, resolve_device, result_summary
 
 log = logging.getLogger("training")
-
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DATA, EXIT_PREEMPTED = 0, 1, 2, 3, 75
 
 
 def setup_logging(rank: int) -> None:

@@ -300,8 +300,10 @@ def test_ddp_two_processes_on_gloo_kill_and_resume_bitwise(
     out, err = ref.communicate(timeout=300)
     assert ref.returncode == 0, err[-3000:]
     assert "2 process(es)" in err
-    env = base_env(digits, run_dir, "ddp", **cfg)
-    proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "6"}, torchrun=True)
+    # The run under test starts its own workers (TRAIN_NPROC=2: the trainer re-launches itself
+    # under torchrun); the reference above went through an explicit torchrun command.
+    env = {**base_env(digits, run_dir, "ddp", **cfg), "TRAIN_NPROC": "2"}
+    proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "6"})
     try:
         wait_paused_with_checkpoint(proc, run_dir, "ddp", 6)
     finally:
@@ -309,10 +311,11 @@ def test_ddp_two_processes_on_gloo_kill_and_resume_bitwise(
 
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers at once
         proc.wait(timeout=30)
-    again = start(env, torchrun=True)
+    again = start(env)
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err[-3000:]
     assert "resumed from step 6 (epoch 0, batch 6 of 11)" in err
+    assert "starting 2 training processes under torchrun" in err
     a, b = final_state(ref_dir, "ddp-ref"), final_state(run_dir, "ddp")
     assert a["world_size"] == b["world_size"] == 2 and len(a["rng"]) == 2
     assert_bitwise_equal(b, a)
@@ -323,3 +326,50 @@ def test_ddp_two_processes_on_gloo_kill_and_resume_bitwise(
         if '"train"' in line
     ]
     assert train_steps == list(range(1, 23))
+
+
+@pytest.mark.slow
+def test_ddp_sigterm_to_the_launcher_exits_75_and_the_rerun_resumes(
+    digits: dict[str, Any], tmp_path: Path
+) -> None:
+    """A container stop sends SIGTERM to PID 1, the launcher: torchrun passes it on, both
+    workers save and exit 75, and the launcher exits 75 too (torchrun alone would say 1), so
+    the orchestrator retries and the retry resumes."""
+    run_dir = tmp_path / "run"
+    cfg = {**RESUME_CFG, "checkpoint_every": 0}
+    env = {**base_env(digits, run_dir, "ddp-term", **cfg), "TRAIN_NPROC": "2"}
+    proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "7"})
+    try:
+        paused = 0
+        deadline = time.monotonic() + 240
+        for line in proc.stdout:  # type: ignore[union-attr]
+            paused += "TRAIN_TEST_PAUSED step=7" in line
+            if paused == 2:  # both ranks hold still after step 7
+                break
+            assert time.monotonic() < deadline
+        proc.send_signal(signal.SIGTERM)  # the launcher only, as `docker stop` does
+        assert proc.wait(timeout=120) == 75, proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            import os
+
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "workers exited with [75, 75]: exit 75" in proc.stderr.read()  # type: ignore[union-attr]
+    assert read_result(run_dir, "ddp-term")["status"] == "preempted"
+    assert (CheckpointManager(run_dir.as_uri(), "ddp-term").latest_pointer() or {})["step"] == 7
+    again = start(env)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert "resumed from step 7 (epoch 0, batch 7 of 11)" in err
+    assert read_result(run_dir, "ddp-term")["status"] == "succeeded"
+
+
+def test_several_processes_keep_the_exit_code_contract(
+    digits: dict[str, Any], tmp_path: Path
+) -> None:
+    """Under the launcher a refused version still exits 3 (no retry), not torchrun's 1."""
+    env = {**base_env(digits, tmp_path / "objects", "missing-ddp"), "TRAIN_NPROC": "2"}
+    env["DATASET_VERSION"] = "digits_v19990101_deadbeef"
+    proc = run_trainer(env)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "workers exited with [3, 3]: exit 3" in proc.stderr
