@@ -44,6 +44,7 @@ from pipeline.datasets.segments import (
     read_info,
     segment_id_for,
     segment_relpath,
+    segments_guard,
     segments_root,
     write_segment,
 )
@@ -336,11 +337,13 @@ def process(
     seg_id = shard.segment_id
     clean_stale_temps(data_root, shard.recipe_hash)
     final = segments_root(data_root, shard.recipe_hash) / seg_id
-    if (final / "segment.json").is_file():
-        written = load_written(final)
-        os.utime(final)  # tells gc this segment is in use again
-        _record_segment(store, shard.dataset, written.info)
-        return _ref(shard, written.info, decoded=0, reused=True)
+    with segments_guard(data_root):
+        if (final / "segment.json").is_file():
+            written = load_written(final)
+            pause_hook("segment_reused")
+            os.utime(final)  # tells gc this segment is in use again
+            _record_segment(store, shard.dataset, written.info)
+            return _ref(shard, written.info, decoded=0, reused=True)
 
     pre = preprocessor_for(recipe)
     copies = recipe.augment.copies
@@ -441,22 +444,23 @@ def process(
         # Some files changed since the scan: name the segment after what it really holds, so
         # the planned name never stands for a segment that lacks some of its md5s.
         seg_id = segment_id_for(shard.recipe_hash, shard.format, done)
-    written = write_segment(
-        data_root,
-        recipe_hash=shard.recipe_hash,
-        segment_id=seg_id,
-        fmt=shard.format,
-        x=x,
-        y=y,
-        info={
-            "dataset": shard.dataset,
-            "labels": label_names,
-            "entries": entries,
-            "invalid": invalid,
-        },
-    )
-    pause_hook("segment_renamed")
-    _record_segment(store, shard.dataset, written.info)
+    with segments_guard(data_root):
+        written = write_segment(
+            data_root,
+            recipe_hash=shard.recipe_hash,
+            segment_id=seg_id,
+            fmt=shard.format,
+            x=x,
+            y=y,
+            info={
+                "dataset": shard.dataset,
+                "labels": label_names,
+                "entries": entries,
+                "invalid": invalid,
+            },
+        )
+        pause_hook("segment_renamed")
+        _record_segment(store, shard.dataset, written.info)
     return _ref(
         shard, written.info, decoded=0 if written.reused else decoded, reused=written.reused
     )
@@ -659,12 +663,14 @@ def commit(
                     )
                 )
             )
-        for ref in refs:
-            # A segment row is written in the same transaction as its processed samples, so
-            # only a segment without one (a crash between rename and record) needs reading.
-            folder = data_root / ref.path
-            if ref.segment_id not in recorded and (folder / "segment.json").is_file():
-                _record_segment(store, dataset, read_info(folder))
+        with segments_guard(data_root):  # gc must not remove a folder recorded here
+            for ref in refs:
+                # A segment row is written in the same transaction as its processed samples,
+                # so only a segment without one (a crash between rename and record) needs
+                # reading.
+                folder = data_root / ref.path
+                if ref.segment_id not in recorded and (folder / "segment.json").is_file():
+                    _record_segment(store, dataset, read_info(folder))
     pause_hook("before_commit")
     sidecar = load_sidecar(lake / dataset, recipe)
     ensure_lock_row(store, DatasetLock, dataset)

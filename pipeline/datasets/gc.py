@@ -11,7 +11,8 @@ What may go:
 Anything younger than ``min_age_s`` is left alone: it may belong to a build in flight.
 
 ``apply`` takes every dataset's lock row first, so no commit can pick a segment while gc
-deletes it.
+deletes it, and holds segments_guard exclusively, so no build records a segment (new or
+reused) between gc's plan and the removal of the folders it dropped.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delete_processed_for_segments
-from pipeline.datasets.segments import clean_stale_temps
+from pipeline.datasets.segments import clean_stale_temps, segments_guard
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import (
     VERSION_COMMITTED,
@@ -197,6 +198,16 @@ def collect(
     if not apply:
         with store.session() as session:
             return _plan(session, data_root, keep_last, min_age_s)
+    with segments_guard(data_root, exclusive=True):
+        plan = _apply(store, data_root, keep_last, min_age_s)
+    plan.applied = True
+    return plan
+
+
+def _apply(
+    store: MetadataStore, data_root: Path, keep_last: int | None, min_age_s: float
+) -> GcPlan:
+    """Plan and delete, under segments_guard: no build records a segment in between."""
     with store.session() as session:
         # Every dataset's lock row: commits wait until gc is done.
         session.execute(update(DatasetLock).values(holder="gc", since=utcnow()))
@@ -224,5 +235,4 @@ def collect(
     for rel in plan.leftovers:
         shutil.rmtree(data_root / rel, ignore_errors=True)
     clean_stale_temps(data_root)
-    plan.applied = True
     return plan

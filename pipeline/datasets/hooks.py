@@ -3,7 +3,8 @@
 ``LAKETRAIN_TEST_PAUSE_AT=<point>`` makes the build print ``LAKETRAIN_PAUSED_AT <point>`` on
 stderr and sleep there; the test waits for the marker and sends SIGKILL. Unset, it is a no-op.
 Points: ``process_decoded`` (after decoding a shard, before writing its segment),
-``segment_before_rename``, ``segment_renamed`` (published, not yet recorded), ``before_commit`` (every segment written and recorded),
+``segment_before_rename``, ``segment_renamed`` (published, not yet recorded),
+``segment_reused`` (an existing segment found for the shard, not yet recorded again), ``before_commit`` (every segment written and recorded),
 ``commit_staged`` (version folder staged, not yet renamed), ``commit_renamed`` (folder
 published, store not yet committed). ``LAKETRAIN_TEST_PAUSE_NTH=<n>`` pauses at the n-th
 time the point is reached in the process (default the first).

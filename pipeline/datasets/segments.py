@@ -13,6 +13,7 @@ Everything is written under a ``.tmp-*`` name and published with one ``os.rename
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +21,8 @@ import secrets
 import shutil
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +50,23 @@ def segment_id_for(recipe_hash: str, fmt: str, md5s: list[str]) -> str:
 
 def segments_root(data_root: Path, recipe_hash: str) -> Path:
     return Path(data_root) / "segments" / recipe_hash
+
+
+@contextmanager
+def segments_guard(data_root: Path, *, exclusive: bool = False) -> Iterator[None]:
+    """A lock on DATA_ROOT's segments between builds (shared) and ``gc --apply`` (exclusive).
+    A build holds it from the moment it finds or publishes a segment folder until the store
+    records it; gc holds it from its plan until the folders it dropped from the store are gone.
+    So a segment is never recorded by a build while gc deletes its folder: the store's rows and
+    the folders on disk agree. (flock: one host, or a shared filesystem that supports it.)"""
+    root = Path(data_root) / "segments"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".gc.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def segment_relpath(recipe_hash: str, segment_id: str) -> str:

@@ -120,3 +120,68 @@ def test_gc_rejects_a_keep_last_below_one(store):
 
     with pytest.raises(ValueError, match="--keep-last must be at least 1"):
         collect(keep_last=0, store=store)
+
+
+@pytest.mark.slow
+def test_gc_during_a_build_never_leaves_a_recorded_segment_without_its_folder(store, home):
+    """A build publishes a segment folder and pauses before recording it; gc --apply (no
+    minimum age) runs meanwhile. gc must wait for the record, so the store's processed samples
+    and the folders on disk still agree afterwards, and the next build reads every sample."""
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    from sqlalchemy import select
+
+    from pipeline.datasets.build import run_build
+    from pipeline.datasets.gc import collect
+    from pipeline.datasets.reader import open_version
+    from pipeline.metadata.datasets import ProcessedSample, Segment
+
+    image_lake(home, per_class=2)
+    run_build("pets", workers=1, store=store)
+    write_jpeg(home / "lake" / "pets" / "dog" / "new.jpg", seed=777)
+    build = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "build", "pets", "--workers", "1"],
+        env={
+            **__import__("os").environ,
+            "LAKETRAIN_TEST_PAUSE_AT": "segment_renamed",
+            "LAKETRAIN_TEST_PAUSE_SECONDS": "4",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        for line in build.stderr:  # type: ignore[union-attr]
+            if line.strip() == "LAKETRAIN_PAUSED_AT segment_renamed":
+                break
+        else:
+            raise AssertionError(f"the build never paused: {build.wait()}")
+        plans = []
+        gc = threading.Thread(
+            target=lambda: plans.append(collect(keep_last=1, min_age_s=0, apply=True, store=store))
+        )
+        gc.start()
+        time.sleep(1.5)
+        assert gc.is_alive(), "gc deleted while a build held a published, unrecorded segment"
+        assert build.wait(timeout=120) == 0, build.stderr.read()  # type: ignore[union-attr]
+        gc.join(timeout=120)
+        assert not gc.is_alive() and plans[0].applied
+    finally:
+        if build.poll() is None:
+            build.kill()
+    data_root = home / "data"
+    with store.session() as session:
+        recorded = set(session.scalars(select(ProcessedSample.segment_id).distinct()))
+        paths = {s.segment_id: s.path for s in session.scalars(select(Segment))}
+    for seg_id in recorded - {None}:
+        assert (data_root / paths[seg_id] / "segment.json").is_file(), seg_id
+    run_build("pets", workers=1, store=store)  # decodes new.jpg again if gc took its segment
+    r = open_version("pets", store=store)
+    assert len(r) == 5 and any(r.metadata(i)["path"].endswith("new.jpg") for i in range(len(r)))
+    x, _ = r.get_batch(list(range(len(r))))  # every segment the version uses is there
+    assert x.shape[0] == 5
