@@ -60,6 +60,18 @@ class Settings(BaseSettings):
         le=256,
         description="Processes that hash new or changed files.",
     )
+    shard_files: int = Field(
+        default=512,
+        ge=1,
+        le=1_000_000,
+        description="At most this many files per preprocessing shard (one mapped task, one segment).",
+    )
+    shard_mb: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="At most this many MB of source files per preprocessing shard.",
+    )
 
     @field_validator("checkpoint_url")
     @classmethod

@@ -35,6 +35,8 @@ def test_defaults_live_under_var(monkeypatch, tmp_path):
         ("SETTLE_SECONDS", "soon"),
         ("SETTLE_SECONDS", "-1"),
         ("HASH_WORKERS", "0"),
+        ("SHARD_FILES", "0"),
+        ("SHARD_MB", "lots"),
         ("CHECKPOINT_URL", "ftp://x"),
         ("METADATA_DB_URL", "not a url"),
     ],

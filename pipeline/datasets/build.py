@@ -66,8 +66,6 @@ from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK, LedgerFile
 from pipeline.metadata.locks import ensure_lock_row, take_lock_row
 from pipeline.metadata.store import MetadataStore, open_store
 
-DEFAULT_MAX_FILES = 512
-DEFAULT_MAX_BYTES = 256 << 20
 _INSERT_BATCH = 5000
 # What json.dumps does to one string (ensure_ascii), without its per-call checks: this runs
 # once per sample on every commit.
@@ -211,12 +209,15 @@ def plan(
     dataset: str,
     *,
     store: MetadataStore | None = None,
-    max_files: int = DEFAULT_MAX_FILES,
-    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_files: int | None = None,
+    max_bytes: int | None = None,
 ) -> list[Shard]:
-    """Shards (≤ max_files files, ≤ max_bytes source bytes) of the dataset's current contents
-    that have no processed sample under the current recipe. Identical content at several paths
-    is planned once."""
+    """Shards (≤ max_files files, ≤ max_bytes source bytes; default the SHARD_FILES and
+    SHARD_MB settings) of the dataset's current contents that have no processed sample under
+    the current recipe. Identical content at several paths is planned once."""
+    settings = _settings()
+    max_files = settings.shard_files if max_files is None else max_files
+    max_bytes = settings.shard_mb << 20 if max_bytes is None else max_bytes
     if max_files < 1 or max_bytes < 1:
         raise ValueError("max_files and max_bytes must be at least 1")
     recipe = _recipe(dataset)
@@ -1199,8 +1200,8 @@ def run_build(
     workers: int | None = None,
     store: MetadataStore | None = None,
     scan_first: bool = True,
-    max_files: int = DEFAULT_MAX_FILES,
-    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_files: int | None = None,
+    max_bytes: int | None = None,
     on_plan: Callable[[list[Shard]], None] | None = None,
     on_shard: Callable[[SegmentRef], None] | None = None,
 ) -> BuildReport:

@@ -37,7 +37,9 @@ def build_cmd(
     workers: Annotated[
         int | None, typer.Option(help="Processes that decode shards (default: HASH_WORKERS).")
     ] = None,
-    max_files: Annotated[int, typer.Option(help="Files per shard.")] = 512,
+    max_files: Annotated[
+        int | None, typer.Option(help="Files per shard (default: SHARD_FILES).")
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the build report as JSON.")
     ] = False,

@@ -26,7 +26,8 @@ _MD5 = re.compile(r"[0-9a-fA-F]{32}")
 _HEX = re.compile(r"[0-9a-fA-F]{1,64}")
 
 
-def _summary(v: DatasetVersion) -> dict[str, Any]:
+def version_summary(v: DatasetVersion) -> dict[str, Any]:
+    """One version row as the CLI, the Python API and the UI's JSON API show it."""
     return {
         "dataset": v.dataset,
         "version_id": v.version_id,
@@ -69,7 +70,7 @@ def list_versions(
         query = query.where(DatasetVersion.status == VERSION_COMMITTED)
     query = query.limit(max(0, int(limit))).offset(max(0, int(offset)))
     with store.session() as session:
-        return [_summary(v) for v in session.scalars(query)]
+        return [version_summary(v) for v in session.scalars(query)]
 
 
 def count_versions(dataset: str | None = None, *, store: MetadataStore | None = None) -> int:
@@ -102,7 +103,7 @@ def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]
                 {
                     "dataset": name,
                     "versions": int(count),
-                    "latest": _summary(latest) if latest else None,
+                    "latest": version_summary(latest) if latest else None,
                 }
             )
         return out
@@ -155,7 +156,7 @@ def resolve_version(
     """The summary of the version ``ref`` (id / unique prefix / tag / ``latest``) names."""
     store = store or open_store()
     with store.session() as session:
-        return _summary(_resolve(session, ref, dataset))
+        return version_summary(_resolve(session, ref, dataset))
 
 
 def get_version(
@@ -165,7 +166,7 @@ def get_version(
     store = store or open_store()
     with store.session() as session:
         v = _resolve(session, ref, dataset)
-        out = _summary(v)
+        out = version_summary(v)
         manifest = json.loads(v.manifest)
         out["manifest"] = manifest
         out["classes"] = manifest.get("classes", [])
@@ -173,7 +174,7 @@ def get_version(
         out["mean"] = manifest.get("mean", [])
         out["std"] = manifest.get("std", [])
         parent = session.get(DatasetVersion, v.parent_id) if v.parent_id else None
-        out["parent"] = _summary(parent) if parent else None
+        out["parent"] = version_summary(parent) if parent else None
         out["invalid_files"] = _invalid(session, v.version_id)
         return out
 

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
+from pipeline.datasets.queries import version_summary
 from pipeline.metadata.datasets import DatasetVersion, VersionInvalid, VersionSample
 from pipeline.metadata.runs import TrainingRun
 from pipeline.metadata.store import MetadataStore
@@ -37,26 +38,6 @@ def _iso(value: datetime | None) -> str | None:
 def clamp(limit: int, offset: int) -> tuple[int, int]:
     """Keep a client's paging inside sane bounds (a huge limit would defeat pagination)."""
     return max(1, min(int(limit), MAX_LIMIT)), max(0, int(offset))
-
-
-def version_summary(v: DatasetVersion) -> dict[str, Any]:
-    return {
-        "dataset": v.dataset,
-        "version_id": v.version_id,
-        "tag": v.tag,
-        "parent_id": v.parent_id,
-        "created_at": _iso(v.created_at),
-        "status": v.status,
-        "format": v.format,
-        "samples": v.samples,
-        "train": v.train,
-        "val": v.val,
-        "files": v.files,
-        "invalid": v.invalid,
-        "added": v.added,
-        "removed": v.removed,
-        "changed": v.changed,
-    }
 
 
 # --- resolving a reference ------------------------------------------------------------------

@@ -346,6 +346,22 @@ def test_process_is_idempotent_and_shards_travel_as_json(store, home):
     assert v.samples == 6 and commit("pets", refs, store=store) is None
 
 
+def test_shard_size_comes_from_the_settings(store, home, monkeypatch):
+    from pipeline.datasets.build import plan, run_build
+    from pipeline.lake.scan import scan
+    from pipeline.settings import get_settings
+
+    image_lake(home, per_class=5)
+    scan(home / "lake", dataset="pets", store=store)
+    assert [len(s.files) for s in plan("pets", store=store)] == [10]  # default: 512 a shard
+    monkeypatch.setenv("SHARD_FILES", "4")
+    get_settings.cache_clear()
+    assert [len(s.files) for s in plan("pets", store=store)] == [4, 4, 2]
+    assert [len(s.files) for s in plan("pets", store=store, max_files=5)] == [5, 5]  # --max-files
+    report = run_build("pets", workers=1, store=store)
+    assert report.shards == 3 and report.version.samples == 10
+
+
 def test_a_table_with_other_columns_is_left_out_not_fatal(store, home):
     write_recipe(home, "tab", 'modality = "table"\n[table]\nlabel_column = "label"\n')
     (home / "lake" / "tab").mkdir()

@@ -104,7 +104,7 @@ def test_mapped_preprocessing_runs_on_both_workers_and_matches_a_single_machine_
         for ti in tis
         if ti["task_id"] == "process" and ti["map_index"] >= 0 and ti["state"] == "success"
     ]
-    # 1,797 files at the build's default 512 files a shard: four shards
+    # 1,797 files at the default SHARD_FILES=512 files a shard: four shards
     assert len(processed) >= 4, f"{len(processed)} shards for {n_files} files"
     hosts = {ti["hostname"] for ti in processed}
     split = {h: sum(ti["hostname"] == h for ti in processed) for h in sorted(hosts)}
