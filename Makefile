@@ -25,7 +25,7 @@ stop:
 	$(PY) -m pipeline.orchestration.devstack stop
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not slow" $(PYTEST_ARGS)

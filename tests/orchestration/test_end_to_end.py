@@ -381,7 +381,15 @@ def test_8_marking_the_launch_failed_stops_the_trainer_cleanly(stack: Stack, sto
         procs = _trainer_processes(run_id)
         time.sleep(0.5)
     assert procs, f"the trainer of {run_id} never started\n{stack.logs_tail()}"
-    time.sleep(3.0)  # let it train a little
+    # Let it reach training: the trainer records the run as running just before it installs
+    # its SIGTERM handler (a stop during its imports is a plain kill, with nothing to save).
+    # Waiting on that, not on a fixed time, holds on a slow machine too.
+    while time.monotonic() < deadline:
+        row = get_run(run_id, store=store)
+        if row and row["status"] == "running":
+            break
+        time.sleep(0.5)
+    time.sleep(3.0)  # and train a little
     status, body = stack.api.patch(
         f"/api/v2/dags/train/dagRuns/{dag_run_id}/taskInstances/launch", {"new_state": "failed"}
     )
