@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.launch import record_exit_code
+    from training.launch import die_with_launcher, record_exit_code
 
+    die_with_launcher()
     code = _main(argv)
     record_exit_code(code)  # a torchrun worker tells its launcher why it stopped
     return code

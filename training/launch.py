@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +26,7 @@ from training.exit_codes import EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_OK, EX
 log = logging.getLogger("training.launch")
 
 EXIT_DIR_ENV = "LAKETRAIN_WORKER_EXIT_DIR"
+LAUNCHER_PID_ENV = "LAKETRAIN_LAUNCHER_PID"
 
 
 def is_worker() -> bool:
@@ -58,6 +61,26 @@ def combined_exit_code(codes: Sequence[int]) -> int:
     return EXIT_FAILED
 
 
+def die_with_launcher() -> None:
+    """In a worker of our launcher: be killed when the launcher dies. torchrun starts each
+    worker in a session of its own, so a launcher killed outright (SIGKILL, an OOM kill) would
+    otherwise leave its workers running, holding the GPUs, with nobody to collect them. A
+    graceful stop needs none of this: torchrun passes SIGTERM on itself. Linux only."""
+    if not (os.environ.get(EXIT_DIR_ENV) and is_worker()) or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+        log.warning(
+            "could not tie this worker to its launcher (prctl errno %d)", ctypes.get_errno()
+        )
+        return
+    if str(os.getppid()) != os.environ.get(LAUNCHER_PID_ENV):
+        os.kill(os.getpid(), signal.SIGKILL)  # the launcher died before prctl took effect
+
+
 def record_exit_code(code: int) -> None:
     """Called by a worker as it exits: leave its code for the launcher (no-op otherwise)."""
     folder = os.environ.get(EXIT_DIR_ENV)
@@ -82,6 +105,7 @@ def launch(nproc: int, argv: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="laketrain-exit-") as folder:
         previous = os.environ.get(EXIT_DIR_ENV)
         os.environ[EXIT_DIR_ENV] = folder  # the workers inherit the launcher's environment
+        os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # their parent: torchrun runs in-process
         launcher_error: BaseException | None = None
         try:
             run(
@@ -101,6 +125,7 @@ def launch(nproc: int, argv: Sequence[str]) -> int:
             # them, so their codes (75 once their checkpoint is written) are in the folder.
             launcher_error = exc
         finally:
+            os.environ.pop(LAUNCHER_PID_ENV, None)
             if previous is None:
                 os.environ.pop(EXIT_DIR_ENV, None)
             else:

@@ -304,13 +304,23 @@ def test_ddp_two_processes_on_gloo_kill_and_resume_bitwise(
     # under torchrun); the reference above went through an explicit torchrun command.
     env = {**base_env(digits, run_dir, "ddp", **cfg), "TRAIN_NPROC": "2"}
     proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "6"})
+    import psutil
+
     try:
         wait_paused_with_checkpoint(proc, run_dir, "ddp", 6)
+        workers = psutil.Process(proc.pid).children()
+        assert len(workers) == 2, workers
+        # SIGKILL to the launcher alone (an OOM kill): torchrun puts each worker in a session
+        # of its own, so only their parent-death signal ends them; none may be left running.
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        gone, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, f"workers outlived their launcher: {alive}"
     finally:
         import os
 
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers at once
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     again = start(env)
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err[-3000:]
@@ -343,7 +353,9 @@ def test_ddp_sigterm_to_the_launcher_exits_75_and_the_rerun_resumes(
         paused = 0
         deadline = time.monotonic() + 240
         for line in proc.stdout:  # type: ignore[union-attr]
-            paused += "TRAIN_TEST_PAUSED step=7" in line
+            # Workers run unbuffered (`python -u`): one print is two writes, so two ranks'
+            # markers can share a line. Count markers, not lines.
+            paused += line.count("TRAIN_TEST_PAUSED step=7")
             if paused == 2:  # both ranks hold still after step 7
                 break
             assert time.monotonic() < deadline
