@@ -74,7 +74,9 @@ def make_images(
     return paths
 
 
-def setup_env(work: Path) -> None:
+def setup_env(work: Path, recipe: str | None = RECIPE) -> None:
+    """Point the settings at ``work`` (lake, data, SQLite store); with ``recipe``, write it as
+    the `bench` dataset's."""
     os.environ.update(
         {
             "LAKETRAIN_HOME": str(work),
@@ -85,7 +87,8 @@ def setup_env(work: Path) -> None:
         }
     )
     (work / "recipes").mkdir(parents=True, exist_ok=True)
-    (work / "recipes" / "bench.toml").write_text(RECIPE)
+    if recipe is not None:
+        (work / "recipes" / "bench.toml").write_text(recipe)
 
 
 def pillow_loop(paths: list[Path]) -> float:

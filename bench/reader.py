@@ -22,23 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._results import write_section  # noqa: E402
-from bench.build import make_images  # noqa: E402
+from bench.build import make_images, setup_env  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / "_work" / "reader"
 RECIPE = 'modality = "image"\nformat = "{fmt}"\n[image]\nsize = 64\nchannels = 3\n[split]\nval_fraction = 0.2\n'
 
 
 def setup(images: int) -> None:
-    os.environ.update(
-        {
-            "LAKETRAIN_HOME": str(WORK),
-            "LAKE_DIR": str(WORK / "lake"),
-            "DATA_ROOT": str(WORK / "data"),
-            "METADATA_DB_URL": f"sqlite:///{WORK / 'data' / 'metadata.db'}",
-            "SETTLE_SECONDS": "0",
-        }
-    )
-    (WORK / "recipes").mkdir(parents=True, exist_ok=True)
+    setup_env(WORK, recipe=None)  # this bench writes its own two recipes
     make_images(WORK / "lake", images)
     # The same files under two datasets, one per storage format.
     os.rename(WORK / "lake" / "bench", WORK / "lake" / "rnpy")

@@ -34,7 +34,11 @@ def _main(argv: Sequence[str] | None) -> int:
     from training.launch import is_worker, launch, processes_wanted
 
     if not is_worker():
-        nproc = processes_wanted(cfg)
+        try:
+            nproc = processes_wanted(cfg)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
         if nproc > 1:
             return launch(nproc, list(sys.argv[1:] if argv is None else argv))
     from training.runner import run

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.config import TrainConfig
+from training.config import ConfigError, TrainConfig
 from training.exit_codes import EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 
 log = logging.getLogger("training.launch")
@@ -35,14 +35,20 @@ def is_worker() -> bool:
 
 
 def processes_wanted(cfg: TrainConfig) -> int:
-    """TRAIN_NPROC when set; else one per visible GPU (1 on CPU or with TRAIN_DEVICE=cpu)."""
-    if cfg.runtime.nproc:
-        return cfg.runtime.nproc
+    """TRAIN_NPROC when set; else one per visible GPU (1 on CPU or with TRAIN_DEVICE=cpu).
+    More processes than visible GPUs on a CUDA run is a config error (each rank takes a GPU of
+    its own), raised here rather than as a CUDA error in every worker."""
     if cfg.runtime.device == "cpu":
-        return 1
+        return cfg.runtime.nproc or 1
     import torch
 
-    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cfg.runtime.nproc > max(gpus, 1) and gpus:
+        raise ConfigError(
+            f"TRAIN_NPROC / nproc: {cfg.runtime.nproc} processes, but {gpus} GPU(s) are "
+            "visible (one process per GPU; set TRAIN_DEVICE=cpu for gloo processes)"
+        )
+    return cfg.runtime.nproc or max(1, gpus)
 
 
 def combined_exit_code(codes: Sequence[int]) -> int:
@@ -87,8 +93,11 @@ def record_exit_code(code: int) -> None:
     if folder and is_worker():
         rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))
         tmp = Path(folder) / f".{rank}.tmp"
-        tmp.write_text(str(code))
-        os.replace(tmp, Path(folder) / rank)
+        try:
+            tmp.write_text(str(code))
+            os.replace(tmp, Path(folder) / rank)
+        except OSError:  # the launcher and its folder are gone: nobody to tell
+            pass
 
 
 def launch(nproc: int, argv: Sequence[str]) -> int:

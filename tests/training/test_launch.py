@@ -29,13 +29,19 @@ def test_combined_exit_code(codes: list[int], expected: int) -> None:
 def test_processes_wanted(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    assert processes_wanted(build_config({"nproc": "3"})) == 3
-    assert processes_wanted(build_config({})) == 1  # no CUDA here
+    from training.config import ConfigError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert processes_wanted(build_config({"nproc": "3"})) == 3  # gloo processes
+    assert processes_wanted(build_config({})) == 1
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert processes_wanted(build_config({})) == 4  # one per visible GPU
     assert processes_wanted(build_config({"device": "cpu"})) == 1
+    assert processes_wanted(build_config({"device": "cpu", "nproc": "8"})) == 8
     assert processes_wanted(build_config({"nproc": "2"})) == 2
+    with pytest.raises(ConfigError, match="TRAIN_NPROC / nproc: 5 processes, but 4 GPU"):
+        processes_wanted(build_config({"nproc": "5"}))
 
 
 def test_a_worker_records_its_exit_code_only_under_the_launcher(
@@ -51,3 +57,5 @@ def test_a_worker_records_its_exit_code_only_under_the_launcher(
     monkeypatch.setenv("WORLD_SIZE", "2")
     record_exit_code(75)
     assert (tmp_path / "1").read_text() == "75" and len(list(tmp_path.iterdir())) == 1
+    monkeypatch.setenv(EXIT_DIR_ENV, str(tmp_path / "gone"))  # the launcher died with it
+    record_exit_code(1)  # no error: nobody is left to tell
