@@ -1,6 +1,6 @@
 """Dataset models: processed samples, segments, versions and their samples.
 
-Owned by the versioned-datasets work; created by migration 0002.
+Owned by the versioned-datasets work; created by migration 0002 (heads: 0004).
 
 The store is the source for every listing (versions, show, diff, contains): the CLI and the UI
 never read version folders to answer them. Version folders on disk are the source for the
@@ -155,3 +155,35 @@ class VersionSegment(Base):
 
     version_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     segment_id: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+
+
+HEAD_PUBLISHED = "published"  # a new version became the head
+HEAD_RETURNED = "returned"  # the lake went back to an older version's content
+HEAD_BACKFILLED = "backfilled"  # migration 0004: the newest committed version of older data
+
+
+class DatasetHead(Base):
+    """The dataset's head: the version that matches the lake's current content after its last
+    build, which is what ``latest`` names. Moved only under the dataset's lock row, in the same
+    transaction that records the version. No foreign key, like ``version_samples``: a gc'd
+    version that is published again is deleted and re-inserted, and gc never drops the head."""
+
+    __tablename__ = "dataset_heads"
+
+    dataset: Mapped[str] = mapped_column(String(255), primary_key=True)
+    version_id: Mapped[str] = mapped_column(String(64))
+    moved_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class DatasetHeadMove(Base):
+    """Every move of a dataset's head, append-only: what ``latest`` meant, and when."""
+
+    __tablename__ = "dataset_head_moves"
+    __table_args__ = (Index("ix_dataset_head_moves_dataset_id", "dataset", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset: Mapped[str] = mapped_column(String(255))
+    from_version_id: Mapped[str | None] = mapped_column(String(64))
+    to_version_id: Mapped[str] = mapped_column(String(64))
+    moved_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    reason: Mapped[str] = mapped_column(String(32), doc="published | returned | backfilled")
