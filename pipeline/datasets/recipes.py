@@ -284,8 +284,13 @@ class Recipe(_Section):
         dataset), or None when it has none. Tables' labels come from the decoder instead."""
         parts = relpath.split("/")
         if self.labels.rule == "parent_dir":
-            # A file directly in the dataset folder has no class folder.
-            return parts[-2] if len(parts) >= 3 else None
+            # ImageFolder: the class is the FIRST folder under the dataset, whatever lies below
+            # it (``<dataset>/4/deep/x.png`` is a 4), so sub-folders never invent classes. A
+            # file directly in the dataset folder has no class folder. Labels are not part of
+            # the processed samples, so recipe_hash need not move: an old version keeps the
+            # labels it was published with, and a nested lake's next build gets a new
+            # version_id (labels are hashed into it) that diffs as "changed".
+            return parts[1] if len(parts) >= 3 else None
         if self.labels.rule == "sidecar":
             return (sidecar or {}).get("/".join(parts[1:]))
         return None

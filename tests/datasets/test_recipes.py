@@ -350,7 +350,7 @@ def test_recipe_hash_changes_with_code_version(monkeypatch: pytest.MonkeyPatch) 
 def test_label_for_parent_dir_and_none() -> None:
     r = parse_recipe(BASE)
     assert r.label_for("digits/3/0001.png") == "3"
-    assert r.label_for("digits/train/7/x.png") == "7"
+    assert r.label_for("digits/train/7/x.png") == "train"  # ImageFolder: the first folder
     assert r.label_for("digits/loose.png") is None
     none = parse_recipe(_with("labels.rule", "none"))
     assert none.label_for("digits/3/0001.png") is None
