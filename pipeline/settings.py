@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.redact import redact_url
+
 
 def project_root() -> Path:
     """The working directory `var/` defaults are relative to (the repo root under `make`)."""
@@ -78,6 +80,14 @@ class Settings(BaseSettings):
     def _checkpoint_scheme(cls, value: str) -> str:
         if not value.startswith(("file://", "s3://")):
             raise ValueError("must start with file:// or s3://")
+        if redact_url(value) != value:
+            raise ValueError(
+                "must not embed credentials (key:secret@); set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY instead"
+            )
+        authority = value.split("://", 1)[1].split("/", 1)[0]
+        if value.startswith("file://") and authority not in ("", "localhost"):
+            raise ValueError(f"file:// URL names a host {authority!r}; use file:///absolute/path")
         return value.rstrip("/")
 
     @field_validator("metadata_db_url")
@@ -103,7 +113,9 @@ def load_settings(**overrides: object) -> Settings:
         problems = []
         for err in exc.errors():
             field = str(err["loc"][0]) if err["loc"] else "?"
-            problems.append(f"{field.upper()}={os.environ.get(field.upper(), '')!r}: {err['msg']}")
+            # The value is echoed for the user to see what was read, never with a password.
+            shown = redact_url(os.environ.get(field.upper(), ""))
+            problems.append(f"{field.upper()}={shown!r}: {err['msg']}")
         raise SettingsError("invalid setting: " + "; ".join(problems)) from None
 
 

@@ -57,3 +57,31 @@ def test_the_cli_exits_with_the_variable_name(tmp_path):
     )
     assert out.returncode == 2
     assert "HASH_WORKERS" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "secret"),
+    [
+        ("METADATA_DB_URL", "laketrain:hunter2-db-pw@db:5432/lt", "hunter2-db-pw"),
+        ("CHECKPOINT_URL", "ftp://laketrain:hunter2-ftp-pw@host/x", "hunter2-ftp-pw"),
+        ("CHECKPOINT_URL", "s3://AKIAEXAMPLEKEY:wJalrSECRETKEY@bucket/x", "wJalrSECRETKEY"),
+    ],
+)
+def test_the_settings_error_names_the_variable_without_its_password(
+    monkeypatch, var, value, secret
+):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    message = str(err.value)
+    assert var in message and "***" in message
+    assert secret not in message and "AKIAEXAMPLEKEY" not in message
+
+
+def test_a_checkpoint_url_with_a_host_or_embedded_keys_is_refused(monkeypatch):
+    monkeypatch.setenv("CHECKPOINT_URL", "file://etc/x")
+    with pytest.raises(SettingsError, match=r"CHECKPOINT_URL.*names a host 'etc'"):
+        load_settings()
+    monkeypatch.setenv("CHECKPOINT_URL", "s3://KEY:SECRET@bucket")
+    with pytest.raises(SettingsError, match="must not embed credentials"):
+        load_settings()
