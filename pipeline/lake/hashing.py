@@ -39,6 +39,8 @@ def _hash_one(item: tuple[str, str]) -> HashResult:
         return HashResult(relpath, None, "vanished during the scan")
     except OSError as exc:
         return HashResult(relpath, None, f"{type(exc).__name__}: {exc.strerror or exc}")
+    except Exception as exc:  # noqa: BLE001 - one odd file (e.g. a bad name) never stops a scan
+        return HashResult(relpath, None, f"{type(exc).__name__}: {exc}")
 
 
 class HashPool:

@@ -7,6 +7,7 @@ import re
 
 from sqlalchemy import select
 
+from pipeline.lake.walk import escape_path
 from pipeline.metadata.ledger import LedgerFile
 from pipeline.metadata.store import MetadataStore, open_store
 
@@ -26,6 +27,10 @@ def list_files(
     if md5_prefix is not None and not re.fullmatch(r"[0-9a-fA-F]{1,32}", md5_prefix):
         raise ValueError(f"--md5 must be a hex prefix of at most 32 digits; got {md5_prefix!r}")
     store = store or open_store()
+    if path_glob:
+        # A name typed on the command line arrives as surrogates when it is not UTF-8; the
+        # ledger holds such a path escaped (see pipeline.lake.walk).
+        path_glob = escape_path(path_glob)
     query = select(LedgerFile).order_by(LedgerFile.path)
     if md5_prefix:
         query = query.where(LedgerFile.md5.startswith(md5_prefix.lower()))

@@ -181,7 +181,7 @@ def scan(
         to_hash: list[Candidate] = []
         seen: set[str] = set()
         unlisted: list[str] = []
-        refused: list[Refused] = []
+        refused: dict[str, Refused] = {}
         with HashPool(workers, on_progress=on_progress) as hasher:
             for entry in walk_lake(lake, dataset=dataset, settle_seconds=settle):
                 if type(entry) is Candidate:
@@ -201,13 +201,21 @@ def scan(
                     seen.add(entry.path)  # exists; just not ready
                     result.settling += 1
                 elif isinstance(entry, Refused):
-                    seen.add(entry.path)
-                    refused.append(entry)
+                    # Kept apart from `seen` until the walk ends: an escaped path (a name that
+                    # is not UTF-8) can equal a real file's name, and the real file wins.
+                    if entry.path in refused:
+                        result.refused.append((entry.path, _collided(entry.reason)))
+                    else:
+                        refused[entry.path] = entry
                 elif isinstance(entry, Unlistable):
                     unlisted.append(entry.path)
                     result.unreadable.append((entry.path, entry.reason))
             if on_total:
                 on_total(len(to_hash))
+            for path in [p for p in refused if p in seen]:
+                # Reported, never recorded: its row would collide with the real file's row.
+                result.refused.append((path, _collided(refused.pop(path).reason)))
+            seen.update(refused)
 
             vanished = [
                 path
@@ -275,7 +283,7 @@ def scan(
                 else:
                     updates.append({"row_id": row.id, **cols})
 
-        for entry in refused:
+        for entry in refused.values():
             row = _as_known(known.get(entry.path))
             cols = {
                 "status": STATUS_REFUSED,
@@ -306,6 +314,10 @@ def scan(
         result.seconds = time.perf_counter() - started
         _finish_scan_row(scan_row, result)
     return result
+
+
+def _collided(reason: str) -> str:
+    return f"{reason} (another file has this name in the ledger; not recorded)"
 
 
 def _new_row(path: str, cols: dict[str, object], now: object) -> dict[str, object]:

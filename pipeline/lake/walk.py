@@ -3,6 +3,14 @@
 The walk sorts every entry into one of: a candidate file (with its stat key), a file still
 settling, a refused entry (symlink escaping the lake, special file) or an unlistable folder.
 Hidden files, ``*.tmp``/``*.part`` and ``_``-prefixed folders are skipped silently.
+
+A name that is not valid UTF-8 (bytes that ``os.fsdecode`` turns into surrogates) is REFUSED,
+that one file only: ledger paths are text on both backends, so such a path is recorded in the
+escaped form :func:`escape_path` gives (``bad\\xff.png``: each undecodable byte as ``\\xNN``),
+with ``status="refused"`` and the reason. It is refused rather than stored losslessly because
+every consumer (the build, the reader, the UI, ``contains``) takes a ledger path for a real
+file name; an escaped name would have to be unescaped everywhere, and a missed place would open
+the wrong file. Renaming the file to valid UTF-8 makes the next scan take it.
 """
 
 from __future__ import annotations
@@ -57,6 +65,29 @@ class Unlistable:
 Entry = Candidate | Settling | Refused | Unlistable
 
 
+NOT_UTF8_REASON = (
+    "file name is not valid UTF-8 (undecodable bytes shown as \\xNN); rename it to be ingested"
+)
+
+
+def escape_path(path: str) -> str:
+    """``path`` as valid UTF-8 text: unchanged when it is, else each byte that does not decode
+    written as ``\\xNN``, so the name's bytes can be read off the ledger path."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def is_utf8(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def is_ignored_name(name: str, *, is_dir: bool) -> bool:
     if name.startswith("."):
         return True
@@ -84,12 +115,21 @@ def walk_lake(
         yield Unlistable("", f"cannot list the lake: {exc.strerror or exc}")
         return
     for entry in entries:
-        if is_ignored_name(entry.name, is_dir=entry.is_dir(follow_symlinks=False)):
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError as exc:
+            yield Refused(escape_path(entry.name), f"cannot stat: {exc.strerror or exc}")
             continue
-        if entry.is_dir(follow_symlinks=False):
+        if is_ignored_name(entry.name, is_dir=is_dir):
+            continue
+        if is_dir:
+            # A folder with an undecodable name is still walked: each file under it is refused
+            # on its own, named by its escaped path.
             yield from _walk_dir(root, entry.path, entry.name, now_ns, settle_ns)
         else:
-            yield Refused(entry.name, "not inside a dataset folder (lake/<dataset>/...)")
+            yield Refused(
+                escape_path(entry.name), "not inside a dataset folder (lake/<dataset>/...)"
+            )
 
 
 def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> Iterator[Entry]:
@@ -102,7 +142,7 @@ def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> 
         try:
             entries = list(os.scandir(folder))
         except OSError as exc:
-            yield Unlistable(rel, f"cannot list folder: {exc.strerror or exc}")
+            yield Unlistable(escape_path(rel), f"cannot list folder: {exc.strerror or exc}")
             continue
         for entry in entries:
             name = entry.name
@@ -113,6 +153,10 @@ def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> 
                     continue
                 if is_dir:
                     stack.append((entry.path, relpath))
+                    continue
+                if not is_utf8(relpath):
+                    # Before the settle check: the verdict does not depend on the bytes.
+                    yield Refused(escape_path(relpath), NOT_UTF8_REASON)
                     continue
                 if entry.is_symlink():
                     verdict = _check_symlink(root, entry.path, relpath)
@@ -125,7 +169,7 @@ def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> 
             except FileNotFoundError:
                 continue  # vanished between listing and stat: it simply is not there this round
             except OSError as exc:
-                yield Refused(relpath, f"cannot stat: {exc.strerror or exc}")
+                yield Refused(escape_path(relpath), f"cannot stat: {exc.strerror or exc}")
                 continue
             if not is_reg(st.st_mode):
                 yield Refused(relpath, f"special file ({_kind(st.st_mode)}), not a regular file")
