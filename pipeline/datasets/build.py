@@ -14,17 +14,15 @@ over shards on any worker; ``build`` runs them locally with a process pool.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import multiprocessing
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +34,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.buildlock import build_lock
 from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.pool import worker_pool
 from pipeline.datasets.queries import latest_committed
 from pipeline.datasets.segments import (
     clean_stale_temps,
@@ -1166,29 +1166,6 @@ def _version_of(row: DatasetVersion) -> Version:
 # ---- build: all three locally -----------------------------------------------------------------
 
 
-@contextmanager
-def _build_flock(data_root: Path, dataset: str) -> Iterator[None]:
-    """One local build per dataset at a time, so two builds do not decode the same files; the
-    store's dataset lock (in commit) is what guarantees one version across hosts."""
-    folder = mf.datasets_root(data_root) / dataset
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".build.lock", "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _worker_init() -> None:
-    # Connections inherited through fork belong to the parent: drop them without closing.
-    from pipeline.metadata import store as store_mod
-
-    for s in store_mod._stores.values():
-        s.engine.dispose(close=False)
-    store_mod._stores.clear()
-
-
 def _process_in_worker(args: tuple[dict, str]) -> dict:
     shard, url = args
     return process(Shard.from_dict(shard), store=open_store(url)).to_dict()
@@ -1204,14 +1181,19 @@ def run_build(
     max_bytes: int | None = None,
     on_plan: Callable[[list[Shard]], None] | None = None,
     on_shard: Callable[[SegmentRef], None] | None = None,
+    wait: bool = True,
+    on_wait: Callable[[str], None] | None = None,
 ) -> BuildReport:
-    """Scan the dataset, then plan, process (process pool) and commit; report what was done."""
+    """Scan the dataset, then plan, process (process pool) and commit; report what was done.
+    Another build of the dataset running: wait for it (``on_wait`` gets the message naming its
+    pid), or with ``wait=False`` raise BuildBusyError."""
     settings = _settings()
     store = store or open_store()
     workers = workers or settings.hash_workers
     report = BuildReport(dataset, None)
     _recipe(dataset)  # a bad recipe fails before anything else happens
-    with _build_flock(settings.data_root, dataset):
+    folder = mf.datasets_root(settings.data_root) / dataset
+    with build_lock(folder, dataset, wait=wait, on_wait=on_wait) as lock_fd:
         clock = time.perf_counter()
         if scan_first:
             from pipeline.lake.scan import scan
@@ -1232,10 +1214,8 @@ def run_build(
                 if on_shard:
                     on_shard(refs[-1])
         else:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(
-                max_workers=min(workers, len(shards)), mp_context=ctx, initializer=_worker_init
-            ) as pool:
+            # Workers die with this process and close the build lock (pipeline/datasets/pool.py).
+            with worker_pool(min(workers, len(shards)), close_fds=(lock_fd,)) as pool:
                 for data in pool.map(
                     _process_in_worker, [(s.to_dict(), store.url) for s in shards]
                 ):

@@ -43,11 +43,15 @@ def build_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the build report as JSON.")
     ] = False,
+    wait: Annotated[
+        bool, typer.Option(help="Wait for a running build of the dataset to finish.")
+    ] = True,
 ) -> None:
     """Scan DATASET, decode what is new, and publish a version (or report no change)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    from pipeline.datasets.build import run_build
+    from pipeline.datasets.build import BuildError, run_build
+    from pipeline.datasets.buildlock import BuildBusyError
 
     cli = _cli()
     show_bar = cli.console.is_terminal and not as_json
@@ -70,7 +74,15 @@ def build_cmd(
                     task, total=sum(len(s.files) for s in shards)
                 ),
                 on_shard=lambda ref: progress.advance(task, ref.n_files),
+                wait=wait,
+                on_wait=lambda message: cli.err_console.print(
+                    message, markup=False, highlight=False
+                ),
             )
+    except BuildBusyError as exc:
+        cli.fail(str(exc), code=3)  # like `laketrain scan --no-wait`
+    except BuildError as exc:
+        cli.fail(str(exc), code=1)
     except _known_errors() as exc:
         cli.fail(str(exc))
     if as_json:
