@@ -1,7 +1,8 @@
 """The JSON API behind the Datasets page (mounted under the plugin prefix, e.g. /laketrain/api).
 
 Every route is read-only and reads the metadata store; only ``thumbnails.png`` reads the
-stored arrays. The app's auth dependency guards the whole router.
+stored arrays. The app's auth dependency guards the whole router. Parameters are bounded and
+validated in ``params`` (a bad one is a 422 naming it); errors become JSON in ``errors``.
 """
 
 from __future__ import annotations
@@ -12,76 +13,77 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Response
 
 from pipeline.metadata.store import MetadataStore
-from pipeline.ui import data
+from pipeline.ui import data, search
+from pipeline.ui.params import DatasetPath, DatasetQuery, Offset, SearchQuery, VersionRef, limit
 from pipeline.ui.thumbnails import NoThumbnails
 
 
 def build_router(get_store: Callable[[], MetadataStore]) -> APIRouter:
     router = APIRouter()
 
-    def found(call: Callable[[], Any]) -> Any:
-        try:
-            return call()
-        except data.NotFound as exc:
-            raise HTTPException(status_code=404, detail=str(exc)) from None
-
     @router.get("/datasets")
     def datasets() -> dict[str, Any]:
-        """Every dataset with its version count and newest committed version."""
+        """Every dataset with its version count, newest committed version and rejected files."""
         items = data.list_datasets(get_store())
         return {"total": len(items), "items": items}
 
+    @router.get("/datasets/{name:path}/rejected")
+    def rejected(name: DatasetPath, limit: int = limit(100), offset: Offset = 0) -> dict[str, Any]:
+        """The dataset's lake files that are in no version because they were rejected
+        (invalid, unreadable, refused), with the reason, by path."""
+        from pipeline.lake.rejected import rejected_files
+
+        return rejected_files(name, limit=limit, offset=offset, store=get_store())
+
     @router.get("/versions")
     def versions(
-        dataset: str | None = None,
-        limit: int = Query(25, ge=1, le=data.MAX_LIMIT),
-        offset: int = Query(0, ge=0),
+        dataset: DatasetQuery = None, limit: int = limit(25), offset: Offset = 0
     ) -> dict[str, Any]:
         """Versions newest first, paginated, each with the runs that used it."""
-        return data.list_versions(get_store(), dataset or None, limit=limit, offset=offset)
+        return data.list_versions(get_store(), dataset, limit=limit, offset=offset)
 
     @router.get("/versions/{ref}")
-    def version(ref: str, dataset: str | None = None) -> dict[str, Any]:
+    def version(ref: VersionRef, dataset: DatasetQuery = None) -> dict[str, Any]:
         """One version by id, unique id prefix, tag, or ``latest`` (with ``?dataset=``)."""
-        return found(lambda: data.get_version(get_store(), ref, dataset or None))
+        return data.get_version(get_store(), ref, dataset)
 
     @router.get("/versions/{ref}/invalid")
     def invalid(
-        ref: str, limit: int = Query(100, ge=1, le=data.MAX_LIMIT), offset: int = Query(0, ge=0)
+        ref: VersionRef, dataset: DatasetQuery = None, limit: int = limit(100), offset: Offset = 0
     ) -> dict[str, Any]:
         """Files (or table lines) left out of the version, with the reason."""
-        return found(lambda: data.invalid_files(get_store(), ref, limit=limit, offset=offset))
+        return data.invalid_files(get_store(), ref, dataset=dataset, limit=limit, offset=offset)
 
     @router.get("/versions/{a}/diff/{b}")
     def diff(
-        a: str,
-        b: str,
-        limit: int = Query(100, ge=1, le=data.MAX_LIMIT),
-        offset: int = Query(0, ge=0),
+        a: VersionRef,
+        b: VersionRef,
+        dataset: DatasetQuery = None,
+        limit: int = limit(100),
+        offset: Offset = 0,
     ) -> dict[str, Any]:
         """Added / removed / changed paths from ``a`` to ``b``: all counts, one page of each."""
-        return found(lambda: data.diff_versions(get_store(), a, b, limit=limit, offset=offset))
+        return data.diff_versions(get_store(), a, b, dataset=dataset, limit=limit, offset=offset)
 
     @router.get("/contains")
-    def contains(
-        q: str = Query(..., min_length=1, max_length=4096),
-        limit: int = Query(200, ge=1, le=data.MAX_LIMIT),
-    ) -> dict[str, Any]:
-        """Which versions contain a file, by md5 or by lake path."""
-        return data.versions_containing(get_store(), q, limit=limit)
+    def contains(q: SearchQuery, limit: int = limit(200)) -> dict[str, Any]:
+        """Which versions contain a file, by md5 or by lake path; and whether it was rejected."""
+        return search.versions_containing(get_store(), q, limit=limit)
 
     @router.get("/versions/{ref}/thumbnails.png", response_class=Response)
-    def thumbnails(ref: str, per_class: int = Query(6, ge=1, le=32)) -> Response:
+    def thumbnails(
+        ref: VersionRef, dataset: DatasetQuery = None, per_class: int = Query(6, ge=1, le=32)
+    ) -> Response:
         """A PNG grid of the first samples of each class, from the stored arrays."""
         from pipeline.ui.thumbnails import version_grid
 
         try:
-            png = found(lambda: version_grid(get_store(), ref, per_class=per_class))
+            png = version_grid(get_store(), ref, dataset=dataset, per_class=per_class)
         except NoThumbnails as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from None
-        # Versions are immutable: the grid of one id never changes.
-        return Response(
-            png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"}
-        )
+        # Versions are immutable: the grid of one id never changes; ``latest`` moves.
+        moving = ref.strip() == "latest"
+        cache = "private, no-cache" if moving else "private, max-age=3600"
+        return Response(png, media_type="image/png", headers={"Cache-Control": cache})
 
     return router

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
 
 from pipeline.metadata.store import MetadataStore
-from pipeline.ui import data, pages
+from pipeline.ui import errors, pages
 from pipeline.ui.api import build_router
 
 STATIC = Path(__file__).parent / "static"
@@ -42,12 +42,8 @@ def create_app(
         dependencies=[Depends(auth)],
     )
     app.include_router(build_router(get_store), prefix="/api")
-
-    @app.exception_handler(data.NotFound)
-    def _not_found(request: Request, exc: data.NotFound) -> Response:
-        if request.url.path.startswith(_prefix(request) + "/api/"):
-            return JSONResponse({"detail": str(exc)}, status_code=404)
-        return pages.render(request, "error.html", status_code=404, message=str(exc))
+    # Bad requests, unknown refs and damaged data: JSON under /api, an error page elsewhere.
+    errors.install(app)
 
     @app.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
@@ -62,7 +58,3 @@ def create_app(
 
     pages.add_routes(app, get_store)
     return app
-
-
-def _prefix(request: Request) -> str:
-    return request.scope.get("root_path", "").rstrip("/")

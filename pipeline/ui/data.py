@@ -9,7 +9,6 @@ versions of 100,000 samples as with 3.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from datetime import datetime
 from operator import itemgetter
@@ -22,13 +21,11 @@ from pipeline.datasets.queries import version_summary
 from pipeline.metadata.datasets import DatasetVersion, VersionInvalid, VersionSample
 from pipeline.metadata.runs import TrainingRun
 from pipeline.metadata.store import MetadataStore
+from pipeline.ui.errors import NotFound
+from pipeline.ui.params import MAX_LIMIT, MAX_OFFSET
+from pipeline.ui.refs import resolve, resolve_pair
 
-MAX_LIMIT = 500
-_MD5 = re.compile(r"^[0-9a-fA-F]{32}$")
-
-
-class NotFound(LookupError):
-    """A version reference that matches nothing (or, for a prefix, more than one version)."""
+__all__ = ["MAX_LIMIT", "NotFound", "resolve"]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -36,50 +33,9 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def clamp(limit: int, offset: int) -> tuple[int, int]:
-    """Keep a client's paging inside sane bounds (a huge limit would defeat pagination)."""
-    return max(1, min(int(limit), MAX_LIMIT)), max(0, int(offset))
-
-
-# --- resolving a reference ------------------------------------------------------------------
-
-
-def resolve(session: Session, ref: str, dataset: str | None = None) -> DatasetVersion:
-    """A version by id, tag, unique id prefix, or ``latest`` (newest committed of ``dataset``)."""
-    ref = (ref or "").strip()
-    if not ref:
-        raise NotFound("empty version reference")
-    scope = select(DatasetVersion)
-    if dataset:
-        scope = scope.where(DatasetVersion.dataset == dataset)
-    if ref == "latest":
-        if not dataset:
-            raise NotFound("'latest' needs a dataset")
-        found = session.scalars(
-            scope.where(DatasetVersion.status == "committed")
-            .order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id.desc())
-            .limit(1)
-        ).first()
-        if found is None:
-            raise NotFound(f"dataset {dataset!r} has no committed version")
-        return found
-    exact = session.scalars(
-        scope.where(or_(DatasetVersion.version_id == ref, DatasetVersion.tag == ref))
-    ).first()
-    if exact is not None:
-        return exact
-    if re.fullmatch(r"[0-9a-f]{4,63}", ref):
-        # The upper bound makes the prefix match a range scan on the primary key.
-        upper = ref[:-1] + chr(ord(ref[-1]) + 1)
-        found = session.scalars(
-            scope.where(DatasetVersion.version_id >= ref, DatasetVersion.version_id < upper).limit(
-                2
-            )
-        ).all()
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            raise NotFound(f"version prefix {ref!r} is ambiguous")
-    raise NotFound(f"no version {ref!r}" + (f" in dataset {dataset!r}" if dataset else ""))
+    """Keep a client's paging inside sane bounds (a huge limit would defeat pagination, an
+    offset past 2**63 overflows the database driver)."""
+    return max(1, min(int(limit), MAX_LIMIT)), max(0, min(int(offset), MAX_OFFSET))
 
 
 # --- runs -----------------------------------------------------------------------------------
@@ -120,44 +76,30 @@ def run_dict(r: TrainingRun) -> dict[str, Any]:
 
 
 def list_datasets(store: MetadataStore) -> list[dict[str, Any]]:
-    """Every dataset with its version count and newest version, in two queries."""
+    """Every dataset with its version count, its latest version and how many of its lake files
+    are rejected now. ``latest`` is the datasets' queries' answer (one owner for "latest"); a
+    dataset whose files were all rejected has no version yet and is listed all the same."""
+    from pipeline.datasets import queries
+    from pipeline.lake.rejected import rejected_counts
+
     with store.session() as s:
         rows = s.execute(
-            select(
-                DatasetVersion.dataset,
-                func.count().label("versions"),
-                func.max(DatasetVersion.created_at).label("latest_at"),
-            )
+            select(DatasetVersion.dataset, func.count().label("versions"))
             .group_by(DatasetVersion.dataset)
             .order_by(DatasetVersion.dataset)
         ).all()
-        newest = aliased(DatasetVersion)
-        latest_sub = (
-            select(newest.dataset, func.max(newest.created_at).label("at"))
-            .where(newest.status == "committed")
-            .group_by(newest.dataset)
-            .subquery()
-        )
-        latest = {
-            v.dataset: v
-            for v in s.scalars(
-                select(DatasetVersion).join(
-                    latest_sub,
-                    and_(
-                        DatasetVersion.dataset == latest_sub.c.dataset,
-                        DatasetVersion.created_at == latest_sub.c.at,
-                    ),
-                )
-            )
+    counts = {r.dataset: int(r.versions) for r in rows}
+    latest = {d["dataset"]: d["latest"] for d in queries.list_datasets(store=store)}
+    rejected = rejected_counts(store=store)
+    return [
+        {
+            "name": name,
+            "versions": counts.get(name, 0),
+            "latest": latest.get(name),
+            "rejected": rejected.get(name, 0),
         }
-        return [
-            {
-                "name": r.dataset,
-                "versions": r.versions,
-                "latest": version_summary(latest[r.dataset]) if r.dataset in latest else None,
-            }
-            for r in rows
-        ]
+        for name in sorted(counts.keys() | rejected.keys())
+    ]
 
 
 def list_versions(
@@ -281,7 +223,7 @@ def class_split_counts(
 
 def get_version(store: MetadataStore, ref: str, dataset: str | None = None) -> dict[str, Any]:
     with store.session() as s:
-        v = resolve(s, ref, dataset)
+        v = resolve(store, s, ref, dataset)
         out = version_summary(v)
         out["path"] = v.path
         out["manifest_sha256"] = v.manifest_sha256
@@ -311,7 +253,15 @@ def get_version(store: MetadataStore, ref: str, dataset: str | None = None) -> d
 
     out["runs"] = runs_for_version(v.version_id, store=store)
     out["best_metric"] = _best(out["runs"])
-    out["train_command"] = train_commands(v.dataset, v.version_id)
+    from pipeline.lake.rejected import rejected_files
+    from pipeline.ui.trainability import untrainable_reason
+
+    # Why a version cannot be trained, from its manifest; the page then offers no command.
+    out["untrainable"] = untrainable_reason(manifest, v.dataset)
+    out["train_command"] = None if out["untrainable"] else train_commands(v.dataset, v.version_id)
+    # Files of the dataset the lake holds now but no version does (count only; the dataset's
+    # page lists them).
+    out["rejected_now"] = rejected_files(v.dataset, limit=1, store=store)["total"]
     return out
 
 
@@ -340,10 +290,15 @@ def invalid_files_in(
 
 
 def invalid_files(
-    store: MetadataStore, ref: str, *, limit: int = 100, offset: int = 0
+    store: MetadataStore,
+    ref: str,
+    *,
+    dataset: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
 ) -> dict[str, Any]:
     with store.session() as s:
-        v = resolve(s, ref)
+        v = resolve(store, s, ref, dataset)
         return invalid_files_in(s, v.version_id, limit=limit, offset=offset)
 
 
@@ -379,6 +334,7 @@ def diff_versions(
     a: str,
     b: str,
     *,
+    dataset: str | None = None,
     limit: int = 100,
     offset: int = 0,
     method: str | None = None,
@@ -395,7 +351,7 @@ def diff_versions(
     """
     limit, offset = clamp(limit, offset)
     with store.session() as s:
-        va, vb = resolve(s, a), resolve(s, b)
+        va, vb = resolve_pair(store, s, a, b, dataset)
         if method is None:
             one_row_per_path = va.samples == va.files and vb.samples == vb.files
             method = "sql" if one_row_per_path else "merge"
@@ -588,42 +544,21 @@ def _diff_merge(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[di
     return counts, pages
 
 
-# --- search ---------------------------------------------------------------------------------
-
-
-def versions_containing(store: MetadataStore, q: str, *, limit: int = 200) -> dict[str, Any]:
-    """Which committed versions hold a file, by md5 (32 hex digits) or by exact lake path
-    (the datasets' own query); a path may also be given without its dataset folder."""
-    from pipeline.datasets import queries
-
-    q = (q or "").strip()
-    limit, _ = clamp(limit, 0)
-    if not q:
-        return {"query": q, "kind": None, "matches": []}
-    kind = "md5" if _MD5.match(q) else "path"
-    matches = queries.versions_containing(q, limit=limit, store=store)
-    if not matches and kind == "path":
-        with store.session() as s:
-            names = s.scalars(select(DatasetVersion.dataset).distinct()).all()
-        for name in names:
-            if not q.lstrip("/").startswith(name + "/"):
-                matches += queries.versions_containing(
-                    f"{name}/{q.lstrip('/')}", limit=limit, store=store
-                )
-        matches.sort(key=lambda m: m["created_at"], reverse=True)
-    return {"query": q, "kind": kind, "matches": matches[:limit]}
-
-
 # --- thumbnails -----------------------------------------------------------------------------
 
 
 def thumbnail_rows(
-    store: MetadataStore, ref: str, *, per_class: int = 6, max_classes: int = 20
+    store: MetadataStore,
+    ref: str,
+    *,
+    dataset: str | None = None,
+    per_class: int = 6,
+    max_classes: int = 20,
 ) -> tuple[DatasetVersion, list[dict[str, Any]]]:
     """The first ``per_class`` samples (by index) of each of up to ``max_classes`` labels."""
     per_class = max(1, min(per_class, 32))
     with store.session() as s:
-        v = resolve(s, ref)
+        v = resolve(store, s, ref, dataset)
         rn = (
             func.row_number()
             .over(partition_by=VersionSample.label, order_by=VersionSample.idx)

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from pipeline.metadata.store import MetadataStore
 from pipeline.ui import data
+from pipeline.ui.params import DatasetQuery, Page, RefQuery, SearchBox, VersionRef
 
 TEMPLATES = Path(__file__).parent / "templates"
 PAGE_SIZE = 25
@@ -65,17 +66,30 @@ def bar_chart(classes: list[dict[str, Any]], *, width: int = 420, row: int = 22)
     }
 
 
+REJECTED_PAGE = 50
+
+
 def add_routes(app: FastAPI, get_store: Callable[[], MetadataStore]) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index(
-        request: Request, dataset: str | None = None, page: int = Query(1, ge=1)
+        request: Request, dataset: DatasetQuery = None, page: Page = 1, rpage: Page = 1
     ) -> HTMLResponse:
+        from pipeline.lake.rejected import rejected_files
+
         store = get_store()
         datasets = data.list_datasets(store)
-        listing = data.list_versions(
-            store, dataset or None, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
-        )
+        listing = data.list_versions(store, dataset, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
         pages = max(1, math.ceil(listing["total"] / PAGE_SIZE))
+        # The dataset's page also lists its rejected lake files: they are in no version, so
+        # no version page can show them.
+        rejected = (
+            rejected_files(
+                dataset, limit=REJECTED_PAGE, offset=(rpage - 1) * REJECTED_PAGE, store=store
+            )
+            if dataset
+            else None
+        )
+        rpages = max(1, math.ceil(rejected["total"] / REJECTED_PAGE)) if rejected else 1
         return render(
             request,
             "index.html",
@@ -84,21 +98,30 @@ def add_routes(app: FastAPI, get_store: Callable[[], MetadataStore]) -> None:
             dataset=dataset or "",
             page=page,
             pages=pages,
+            rejected=rejected,
+            rpage=rpage,
+            rpages=rpages,
         )
 
     @app.get("/versions/{ref}", response_class=HTMLResponse, include_in_schema=False)
-    def version(request: Request, ref: str, dataset: str | None = None) -> HTMLResponse:
-        v = data.get_version(get_store(), ref, dataset or None)
+    def version(request: Request, ref: VersionRef, dataset: DatasetQuery = None) -> HTMLResponse:
+        v = data.get_version(get_store(), ref, dataset)
         return render(request, "version.html", v=v, chart=bar_chart(v["classes"]))
 
     @app.get("/diff", response_class=HTMLResponse, include_in_schema=False)
-    def diff(request: Request, a: str, b: str, page: int = Query(1, ge=1)) -> HTMLResponse:
-        d = data.diff_versions(get_store(), a, b, limit=100, offset=(page - 1) * 100)
+    def diff(
+        request: Request, a: RefQuery, b: RefQuery, dataset: DatasetQuery = None, page: Page = 1
+    ) -> HTMLResponse:
+        d = data.diff_versions(
+            get_store(), a, b, dataset=dataset, limit=100, offset=(page - 1) * 100
+        )
         most = max(d["counts"].values())
         pages = max(1, math.ceil(most / 100))
         return render(request, "diff.html", d=d, page=page, pages=pages)
 
     @app.get("/search", response_class=HTMLResponse, include_in_schema=False)
-    def search(request: Request, q: str = "") -> HTMLResponse:
-        result = data.versions_containing(get_store(), q) if q.strip() else None
+    def search(request: Request, q: SearchBox = "") -> HTMLResponse:
+        from pipeline.ui.search import versions_containing
+
+        result = versions_containing(get_store(), q) if q.strip() else None
         return render(request, "search.html", q=q, result=result)

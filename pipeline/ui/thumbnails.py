@@ -12,13 +12,15 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from pipeline.ui.errors import DamagedData
+
 CELL = 72  # pixels per thumbnail
 PAD = 4
 LABEL_W = 120
 
 
 class NoThumbnails(ValueError):
-    """The version holds no image arrays (a table dataset) or none could be read."""
+    """The version holds no image arrays (a table dataset, a deleted version)."""
 
 
 def to_image(x: np.ndarray) -> Image.Image:
@@ -64,26 +66,79 @@ def render_grid(rows: list[tuple[str, list[np.ndarray]]], *, cell: int = CELL) -
     return buf.getvalue()
 
 
-def version_grid(store: Any, ref: str, *, per_class: int = 6, data_root: Any = None) -> bytes:
-    """The grid for one version: sample choice from the store, pixels from the stored arrays."""
+def version_grid(
+    store: Any,
+    ref: str,
+    *,
+    dataset: str | None = None,
+    per_class: int = 6,
+    data_root: Any = None,
+) -> bytes:
+    """The grid for one version: sample choice from the store, pixels from the stored arrays.
+    Arrays that cannot be read as the manifest says raise DamagedData naming the version and
+    the segment (a truncated or garbage ``x.npy``, an index past a segment's rows)."""
+    from pipeline.datasets.manifest import VersionNotFound
     from pipeline.datasets.reader import open_version
     from pipeline.ui.data import thumbnail_rows
 
-    version, picks = thumbnail_rows(store, ref, per_class=per_class)
+    version, picks = thumbnail_rows(store, ref, dataset=dataset, per_class=per_class)
     if not picks:
         raise NoThumbnails("the version has no samples")
-    from pipeline.datasets.manifest import VersionNotFound
-
+    what = f"version {version.tag} ({version.version_id[:12]})"
     try:
         reader = open_version(version.dataset, version.version_id, data_root=data_root, store=store)
-    except (VersionNotFound, OSError) as exc:  # a deleted (gc'd) version has no arrays left
+    except VersionNotFound as exc:  # a deleted (gc'd) version has no arrays left
         raise NoThumbnails(f"the arrays of {version.tag} cannot be read: {exc}") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # ManifestError is a ValueError
+        raise DamagedData(
+            f"{what}: its folder {version.path} cannot be read: {_plain(exc, data_root)}"
+        ) from None
     if getattr(reader, "modality", "image") not in (None, "image"):
         raise NoThumbnails(f"a {reader.modality} dataset has no thumbnails")
     rows: dict[str, list[np.ndarray]] = {}
     for p in picks:
-        x, _y = reader[p["idx"]]
-        rows.setdefault(p["label"] if p["label"] is not None else "(unlabelled)", []).append(
-            np.asarray(x)
+        x = _read_sample(reader, p, what)
+        rows.setdefault(p["label"] if p["label"] is not None else "(unlabelled)", []).append(x)
+    try:
+        return render_grid(list(rows.items()))
+    except NoThumbnails as exc:  # a stored row that is no image array: the data disagrees
+        raise DamagedData(f"{what}: {exc}") from None
+
+
+def _read_sample(reader: Any, pick: dict[str, Any], what: str) -> np.ndarray:
+    i = pick["idx"]
+    if not 0 <= i < len(reader):
+        raise DamagedData(
+            f"{what}: the store lists sample {i} ({pick['path']}) but the version folder holds "
+            f"{len(reader)} samples: the store and the folder disagree"
         )
-    return render_grid(list(rows.items()))
+    try:
+        x, _y = reader[i]
+        return np.asarray(x)
+    except Exception as exc:  # any reader failure on stored bytes is damage, named below
+        raise DamagedData(
+            f"{what}: sample {i} ({pick['path']}) {_segment_of(reader, i)}: "
+            f"{_plain(exc, reader.data_root)}"
+        ) from None
+
+
+def _segment_of(reader: Any, i: int) -> str:
+    """Where sample ``i`` lives, from the version's own metadata (best effort: that file may be
+    damaged too)."""
+    try:
+        meta = reader.metadata(i)
+        seg = meta.get("segment")
+        paths = {s.get("id"): s.get("path") for s in reader.manifest.get("segments") or []}
+        return f"in segment {paths.get(seg) or seg} row {meta.get('row')}"
+    except Exception:
+        return "(its segment is unknown: the version's metadata cannot be read either)"
+
+
+def _plain(exc: Exception, data_root: Any) -> str:
+    """The error's text with this server's DATA_ROOT written as such: the message names the
+    file relative to it, as the version page does, not the machine's absolute path."""
+    if data_root is None:
+        from pipeline.settings import get_settings
+
+        data_root = get_settings().data_root
+    return str(exc).replace(str(data_root).rstrip("/"), "DATA_ROOT") or type(exc).__name__

@@ -66,7 +66,9 @@ def test_version_resolves_by_id_prefix_tag_and_latest(client, versions):
     latest = client.get("/api/versions/latest", params={"dataset": "pets"}).json()
     assert latest["version_id"] == versions[2].version_id
     assert client.get("/api/versions/ffffffffffff").status_code == 404
-    assert client.get("/api/versions/latest").status_code == 404
+    # A request error, not "not found": the message says what to add.
+    no_dataset = client.get("/api/versions/latest")
+    assert no_dataset.status_code == 400 and "?dataset=" in no_dataset.json()["detail"]
 
 
 def test_version_detail_shape(client, versions):
