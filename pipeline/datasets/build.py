@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -33,6 +33,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from pipeline.datasets import head
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.buildlock import build_lock
 from pipeline.datasets.hooks import pause_hook
@@ -151,6 +152,10 @@ class Version:
     created_at: str
     path: str
     invalid: int = 0
+    # What the commit that returned this did with the dataset's head: "published" (a new
+    # version, now the head) or "returned" (the lake went back to this older version's
+    # content; the head moved back to it). None on a Version not returned by commit.
+    head_move: str | None = None
 
     @property
     def short_id(self) -> str:
@@ -643,9 +648,11 @@ def commit(
     data_root: Path | None = None,
     lake: Path | None = None,
 ) -> Version | None:
-    """Publish the version of the dataset's current contents, or return None when it equals the
-    latest committed version. ``segments`` (the outputs of ``process``) are recorded again if a
-    crash lost their records; the version itself is assembled from the store."""
+    """Publish the version of the dataset's current contents and make it the head, or move
+    the head back to an older version with the same contents (``head_move`` says which), or
+    return None when the head already is that version. ``segments`` (the outputs of
+    ``process``) are recorded again if a crash lost their records; the version itself is
+    assembled from the store."""
     from pipeline.datasets.recipes import load_sidecar
 
     settings = _settings()
@@ -675,10 +682,12 @@ def commit(
     pause_hook("before_commit")
     sidecar = load_sidecar(lake / dataset, recipe)
     ensure_lock_row(store, DatasetLock, dataset)
-    with store.session() as session:
+    # synced_after is entered first so it runs after the session has committed: the HEAD file
+    # mirrors the store's head, never runs ahead of it (pipeline/datasets/head.py).
+    with head.synced_after(store, data_root, dataset), store.session() as session:
         take_lock_row(session, DatasetLock, dataset)
         files, processed = _current_files(session, dataset, rh)
-        latest = latest_committed(session, dataset)
+        latest = latest_committed(session, dataset)  # the head, not the newest created
         parent_rows, known_splits = (
             _version_paths(session, latest.version_id) if latest else ({}, {})
         )
@@ -690,8 +699,10 @@ def commit(
             return None
         existing = session.get(DatasetVersion, version_id)
         if existing is not None and existing.status == VERSION_COMMITTED:
-            # The lake went back to the content of an older version: that version is it.
-            return _version_of(existing)
+            # The lake went back to the content of an older version: that version is it, and
+            # the head moves back to it (latest must name what the lake holds).
+            head.move_head(session, dataset, version_id, head.HEAD_RETURNED)
+            return replace(_version_of(existing), head_move=head.HEAD_RETURNED)
         parent = latest
         diff = _diff(parent_rows, samples)
         folder = mf.version_dir(data_root, dataset, version_id)
@@ -737,7 +748,8 @@ def commit(
         _insert_version_rows(
             session, version_id, samples, invalid, [s["id"] for s in manifest["segments"]]
         )
-        return _version_of(row)
+        head.move_head(session, dataset, version_id, head.HEAD_PUBLISHED)
+        return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
 
 
 class _Processed(NamedTuple):

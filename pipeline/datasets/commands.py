@@ -97,6 +97,13 @@ def build_cmd(
     if v is None:
         cli.console.print(f"no change: [bold]{dataset}[/] is up to date")
         return
+    if v.head_move == "returned":  # an older version's content again: nothing new published
+        cli.console.print(
+            f"head moved back to [bold green]{v.tag}[/] ({v.version_id[:12]}): {v.samples} "
+            f"samples (train {v.train} / val {v.val}); the lake holds its content again",
+            highlight=False,
+        )
+        return
     cli.console.print(
         f"published [bold green]{v.tag}[/] ({v.version_id[:12]}): {v.samples} samples "
         f"(train {v.train} / val {v.val}), +{v.added} −{v.removed} ~{v.changed} vs "

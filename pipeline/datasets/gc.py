@@ -2,7 +2,8 @@
 
 What may go:
 - versions beyond the newest ``keep_last`` of each dataset (none when ``keep_last`` is None),
-  EXCEPT any version a training run used (``training_runs.version_id``);
+  EXCEPT any version a training run used (``training_runs.version_id``) and each dataset's
+  head (what ``latest`` names, in the store or in a HEAD file);
 - segments that no kept version references (their processed samples are forgotten with them,
   so a later build decodes those files again rather than pointing at missing rows); segments
   with no rows are kept, since they only hold invalid verdicts and cost nothing;
@@ -28,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delete_processed_for_segments
+from pipeline.datasets.head import kept_heads
 from pipeline.datasets.segments import clean_stale_temps, segments_guard
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import (
@@ -80,6 +82,7 @@ def run_versions(session: Session) -> set[str]:
 def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: float) -> GcPlan:
     plan = GcPlan(keep_last)
     used = run_versions(session)
+    heads = kept_heads(session, data_root)  # what latest names: kept whatever keep_last says
     versions = list(
         session.scalars(
             select(DatasetVersion)
@@ -94,7 +97,7 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
     for v in versions:
         n = rank.get(v.dataset, 0)
         rank[v.dataset] = n + 1
-        if keep_last is None or n < keep_last:
+        if keep_last is None or n < keep_last or v.version_id in heads:
             kept.add(v.version_id)
         elif v.version_id in used:
             kept.add(v.version_id)

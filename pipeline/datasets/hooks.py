@@ -6,7 +6,8 @@ Points: ``process_decoded`` (after decoding a shard, before writing its segment)
 ``segment_before_rename``, ``segment_renamed`` (published, not yet recorded),
 ``segment_reused`` (an existing segment found for the shard, not yet recorded again), ``before_commit`` (every segment written and recorded),
 ``commit_staged`` (version folder staged, not yet renamed), ``commit_renamed`` (folder
-published, store not yet committed). ``LAKETRAIN_TEST_PAUSE_NTH=<n>`` pauses at the n-th
+published, store not yet committed), ``head_committed`` (version and head move committed in
+the store, the HEAD file not yet written). ``LAKETRAIN_TEST_PAUSE_NTH=<n>`` pauses at the n-th
 time the point is reached in the process (default the first).
 """
 

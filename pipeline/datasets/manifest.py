@@ -8,6 +8,11 @@
   1 = val): what the reader maps;
 - ``invalid.jsonl``: files (and table lines) left out, with the reason;
 - ``manifest.json``: written last; a folder without it is never a version.
+
+``DATA_ROOT/datasets/<dataset>/HEAD`` names the dataset's head (what ``latest`` means) for a
+reader without a store, and ``head_history.jsonl`` lists its moves, append-only. Both mirror
+the store's ``dataset_heads`` / ``dataset_head_moves`` and are written after the store commits
+(``pipeline.datasets.head.sync_head_file``); data built before heads existed has neither.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ INDEX_ROW = "index_row.npy"
 LABELS = "labels.npy"
 SPLITS = "splits.npy"
 STAGING_PREFIX = ".staging-"
+HEAD = "HEAD"
+HEAD_HISTORY = "head_history.jsonl"
+HEAD_FORMAT_VERSION = 1
 _VERSION_ID_FORMAT = "laketrain-version-1"
 
 
@@ -130,3 +138,85 @@ def fsync_dir(path: Path) -> None:
 
 def manifest_bytes(manifest: dict) -> bytes:
     return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+# ---- the dataset's HEAD file (what ``latest`` names without a store) -------------------------
+
+
+def head_path(data_root: Path, dataset: str) -> Path:
+    return datasets_root(data_root) / dataset / HEAD
+
+
+def read_head(data_root: Path, dataset: str) -> dict | None:
+    """The dataset's HEAD file (``version_id``, ``tag``, ``moved_at``, ``move_id``), or None
+    when there is none (data built before heads existed). A HEAD that is not a JSON object with
+    a ``version_id`` is an error naming the file, never a silent fallback to another version."""
+    path = head_path(data_root, dataset)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        head = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(head, dict) or not isinstance(head.get("version_id"), str):
+        raise ManifestError(f"{path}: no 'version_id' in the dataset's HEAD file")
+    if head.get("format_version") != HEAD_FORMAT_VERSION:
+        raise ManifestError(
+            f"{path}: HEAD format_version {head.get('format_version')!r} is not supported by "
+            f"this laketrain (it reads {HEAD_FORMAT_VERSION}); upgrade laketrain to read it"
+        )
+    return head
+
+
+def write_head(data_root: Path, dataset: str, head: dict) -> None:
+    """Replace the HEAD file atomically: temp file, fsync, rename, fsync of the folder. A
+    reader sees the old HEAD or the new one, never a part of either."""
+    path = head_path(data_root, dataset)
+    tmp = path.with_name(f".{HEAD}.{os.getpid()}.tmp")
+    data = {"format_version": HEAD_FORMAT_VERSION, **head}
+    write_synced(tmp, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def read_head_history(data_root: Path, dataset: str) -> list[dict]:
+    """The moves recorded in ``head_history.jsonl``, oldest first; a line torn by a crash
+    mid-append is skipped (the store holds the full history)."""
+    path = datasets_root(data_root) / dataset / HEAD_HISTORY
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def append_head_history(data_root: Path, dataset: str, entries: list[dict]) -> None:
+    """Append moves to ``head_history.jsonl`` and sync them. A torn last line (a crash
+    mid-append) is ended first, so it cannot swallow the next entry."""
+    if not entries:
+        return
+    path = datasets_root(data_root) / dataset / HEAD_HISTORY
+    created = not path.exists()
+    with open(path, "ab+") as fh:
+        fh.seek(0, os.SEEK_END)
+        torn = False
+        if fh.tell() > 0:
+            fh.seek(-1, os.SEEK_END)
+            torn = fh.read(1) != b"\n"
+        fh.seek(0, os.SEEK_END)
+        body = "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries).encode()
+        fh.write((b"\n" if torn else b"") + body)
+        fh.flush()
+        os.fdatasync(fh.fileno())
+    if created:
+        fsync_dir(path.parent)

@@ -11,11 +11,14 @@ import re
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
+from pipeline.datasets.head import head_version
 from pipeline.datasets.manifest import VersionNotFound
 from pipeline.metadata.datasets import (
     VERSION_COMMITTED,
+    DatasetHead,
+    DatasetHeadMove,
     DatasetVersion,
     VersionInvalid,
     VersionSample,
@@ -70,7 +73,10 @@ def list_versions(
         query = query.where(DatasetVersion.status == VERSION_COMMITTED)
     query = query.limit(max(0, int(limit))).offset(max(0, int(offset)))
     with store.session() as session:
-        return [version_summary(v) for v in session.scalars(query)]
+        heads = _head_ids(session, dataset)
+        return [
+            {**version_summary(v), "is_head": v.version_id in heads} for v in session.scalars(query)
+        ]
 
 
 def count_versions(dataset: str | None = None, *, store: MetadataStore | None = None) -> int:
@@ -87,7 +93,7 @@ def count_versions(dataset: str | None = None, *, store: MetadataStore | None = 
 
 
 def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]:
-    """Each dataset with its number of versions and its latest version."""
+    """Each dataset with its number of versions and its latest version (its head)."""
     store = store or open_store()
     with store.session() as session:
         rows = session.execute(
@@ -110,13 +116,50 @@ def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]
 
 
 def latest_committed(session: Session, dataset: str) -> DatasetVersion | None:
-    """The dataset's newest committed version (the parent of the next build)."""
-    return session.scalars(
-        select(DatasetVersion)
-        .where(DatasetVersion.dataset == dataset, DatasetVersion.status == VERSION_COMMITTED)
-        .order_by(DatasetVersion.created_at.desc(), DatasetVersion.version_id)
-        .limit(1)
-    ).first()
+    """The dataset's head: what ``latest`` names, and the parent of its next build. Not the
+    newest created: after the lake returned to an older content, the head is that older
+    version (pipeline/datasets/head.py)."""
+    return head_version(session, dataset)
+
+
+def _head_ids(session: Session, dataset: str | None = None) -> set[str]:
+    query = select(DatasetHead.version_id)
+    if dataset is not None:
+        query = query.where(DatasetHead.dataset == dataset)
+    return set(session.scalars(query))
+
+
+def head_history(
+    dataset: str, *, limit: int = 100, offset: int = 0, store: MetadataStore | None = None
+) -> list[dict[str, Any]]:
+    """The moves of the dataset's head, newest first: from/to version (id and tag), when, and
+    why (``published`` a new version, ``returned`` to an older one, ``backfilled`` by the
+    migration that introduced heads)."""
+    store = store or open_store()
+    old, new = aliased(DatasetVersion), aliased(DatasetVersion)
+    query = (
+        select(DatasetHeadMove, old.tag, new.tag)
+        .outerjoin(old, old.version_id == DatasetHeadMove.from_version_id)
+        .outerjoin(new, new.version_id == DatasetHeadMove.to_version_id)
+        .where(DatasetHeadMove.dataset == dataset)
+        .order_by(DatasetHeadMove.id.desc())
+        .limit(max(0, int(limit)))
+        .offset(max(0, int(offset)))
+    )
+    with store.session() as session:
+        return [
+            {
+                "id": m.id,
+                "dataset": m.dataset,
+                "from_version_id": m.from_version_id,
+                "from_tag": from_tag,
+                "to_version_id": m.to_version_id,
+                "to_tag": to_tag,
+                "moved_at": m.moved_at.isoformat(),
+                "reason": m.reason,
+            }
+            for m, from_tag, to_tag in session.execute(query)
+        ]
 
 
 def _resolve(session: Session, ref: str, dataset: str | None) -> DatasetVersion:
@@ -124,7 +167,7 @@ def _resolve(session: Session, ref: str, dataset: str | None) -> DatasetVersion:
     base = select(DatasetVersion).where(DatasetVersion.status == VERSION_COMMITTED)
     if dataset is not None:
         base = base.where(DatasetVersion.dataset == dataset)
-    if ref == "latest":
+    if ref == "latest":  # the head, never the newest created
         if dataset is None:
             raise VersionNotFound("'latest' needs a dataset name")
         row = latest_committed(session, dataset)
@@ -156,7 +199,8 @@ def resolve_version(
     """The summary of the version ``ref`` (id / unique prefix / tag / ``latest``) names."""
     store = store or open_store()
     with store.session() as session:
-        return version_summary(_resolve(session, ref, dataset))
+        v = _resolve(session, ref, dataset)
+        return {**version_summary(v), "is_head": v.version_id in _head_ids(session, v.dataset)}
 
 
 def get_version(
@@ -167,6 +211,7 @@ def get_version(
     with store.session() as session:
         v = _resolve(session, ref, dataset)
         out = version_summary(v)
+        out["is_head"] = v.version_id in _head_ids(session, v.dataset)
         manifest = json.loads(v.manifest)
         out["manifest"] = manifest
         out["classes"] = manifest.get("classes", [])

@@ -1,8 +1,8 @@
 """Read a published dataset version: random access, batches, split views.
 
 ``open_version`` resolves a version from the metadata store when one is given (or
-METADATA_DB_URL is set), and otherwise from the manifests on disk, so a training container
-needs nothing but DATA_ROOT.
+METADATA_DB_URL is set), and otherwise from the files on disk (``latest`` from the dataset's
+HEAD file, the rest from the manifests), so a training container needs nothing but DATA_ROOT.
 
 npy segments are memory-mapped lazily, per process: the maps are opened on first use and
 re-opened in a process that inherited them (a DataLoader worker), because a mapping must not be
@@ -74,7 +74,19 @@ def _resolve_on_disk(data_root: Path, name: str, version: str) -> Path:
     if not candidates:
         raise VersionNotFound(f"dataset {name!r} has no published versions under {base}")
     if version == LATEST:
+        head = mf.read_head(data_root, name)
+        if head is not None:
+            # The head: the version matching the lake after its last build (it can be older
+            # than the newest created). Never another one when its folder is gone.
+            folder = base / head["version_id"]
+            if not (folder / mf.MANIFEST).is_file():
+                raise VersionNotFound(
+                    f"dataset {name!r}: {mf.head_path(data_root, name)} names version "
+                    f"{head['version_id']}, which is not published under {base}"
+                )
+            return folder
 
+        # No HEAD file: data built before heads existed, when latest was the newest created.
         def created(p: Path) -> str:
             try:
                 return json.loads((p / mf.MANIFEST).read_text()).get("created_at", "")

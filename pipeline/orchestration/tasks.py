@@ -131,9 +131,9 @@ def commit_dataset(dataset: str, segments: list[Mapping[str, Any]] | None) -> di
         log.info("dataset %s: nothing changed, no new version", dataset)
         return None
     extra = version_event_extra(version.to_dict())
-    log.info(
-        "dataset %s: committed version %s (%s)", dataset, version.version_id, json.dumps(extra)
-    )
+    # A head moved back to an older version is an event too: training on latest must see it.
+    what = "head moved back to" if version.head_move == "returned" else "committed"
+    log.info("dataset %s: %s version %s (%s)", dataset, what, version.version_id, json.dumps(extra))
     if version.invalid:
         log.warning("dataset %s: %d file(s) left out as invalid", dataset, version.invalid)
     return extra
