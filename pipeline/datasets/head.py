@@ -26,11 +26,13 @@ says at that moment (not what they committed), so the last sync always leaves th
 from __future__ import annotations
 
 import fcntl
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from pipeline.datasets import manifest as mf
@@ -45,6 +47,8 @@ from pipeline.metadata.datasets import (
     DatasetVersion,
 )
 from pipeline.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "HEAD_PUBLISHED",
@@ -191,7 +195,21 @@ def _moves(session: Session, dataset: str, *, after_id: int) -> list[dict]:
 def synced_after(store: MetadataStore, data_root: Path, dataset: str) -> Iterator[None]:
     """Sync the HEAD file when the block ends without an error. Entered BEFORE the store
     session (``with synced_after(...), store.session() as s:``), it runs after the session
-    has committed, which is the order the module docstring explains."""
+    has committed, which is the order the module docstring explains.
+
+    A failed sync is logged, not raised: the version and the head are committed by then, and
+    a commit that failed now would be retried as "no change", losing the dataset event of a
+    move that did happen. The files stay one move behind (a complete version) until the next
+    commit of the dataset syncs them."""
     yield
     pause_hook("head_committed")  # store committed, HEAD file not yet synced (crash tests)
-    sync_head_file(store, data_root, dataset)
+    try:
+        sync_head_file(store, data_root, dataset)
+    except (OSError, SQLAlchemyError) as exc:
+        log.warning(
+            "dataset %s: the head is committed in the store, but %s could not be updated "
+            "(%s); a reader without a store sees the previous head until the next build",
+            dataset,
+            mf.head_path(data_root, dataset),
+            exc,
+        )

@@ -156,6 +156,8 @@ def read_head(data_root: Path, dataset: str) -> dict | None:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read the dataset's HEAD file ({exc})") from None
     try:
         head = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
