@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +186,99 @@ def test_credentials_never_reach_logs_or_output(
     assert caplog.records, "expected boto3 debug logging to be captured"
     for text in (caplog.text, out.out, out.err, str(info.value), repr(info.value)):
         assert TEST_SECRET_ACCESS_KEY not in text
+
+
+class SilentServer:
+    """A real TCP server on loopback that accepts every connection and never answers: what a
+    hung S3 endpoint looks like to boto3. Counts the connections it was offered."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections: list[Any] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(conn)  # held open, never read from or written to
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.connections:
+            conn.close()
+
+
+@pytest.fixture
+def silent_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[SilentServer]:
+    from tests.training.conftest import set_aws_env
+
+    server = SilentServer()
+    set_aws_env(monkeypatch, server.endpoint, tmp_path)
+    monkeypatch.setenv("LAKETRAIN_S3_CONNECT_TIMEOUT", "0.5")
+    monkeypatch.setenv("LAKETRAIN_S3_READ_TIMEOUT", "0.5")
+    monkeypatch.setenv("LAKETRAIN_S3_ATTEMPTS", "2")
+    yield server
+    server.close()
+
+
+def _in_thread(fn: Any, limit_s: float = 120) -> BaseException | None:
+    """Run ``fn`` in a thread and return what it raised; fail if it is still running after a
+    generous limit (the point is that it ends at all: boto3's defaults would hang for minutes)."""
+    import threading
+
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    assert not thread.is_alive(), f"the S3 call was still hanging after {limit_s:.0f}s"
+    return raised[0] if raised else None
+
+
+@pytest.mark.parametrize("call", ["read_bytes", "list", "put_file"])
+def test_a_hung_s3_endpoint_fails_with_the_url_after_bounded_logged_retries(
+    silent_endpoint: SilentServer, call: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="training.storage")
+    store = S3Store()
+    url = "s3://bucket/runs/r1/latest"
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"x")
+    calls = {
+        "read_bytes": lambda: store.read_bytes(url),
+        "list": lambda: store.list(url),
+        "put_file": lambda: store.put_file(src, url),
+    }
+    exc = _in_thread(calls[call])
+    assert isinstance(exc, StorageError), exc
+    assert url in str(exc) and "after 2 attempts" in str(exc)
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert retries == [retries[0]] and retries[0].startswith(f"retrying {url} (attempt 2/2): ")
+    assert "timeout" in retries[0].lower()
+    assert len(silent_endpoint.connections) == 2  # one per attempt: botocore's own retries are off
+
+
+def test_bad_s3_limits_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKETRAIN_S3_READ_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="LAKETRAIN_S3_READ_TIMEOUT='soon'"):
+        store_for("s3://bucket/x")
+    monkeypatch.setenv("LAKETRAIN_S3_READ_TIMEOUT", "1")
+    monkeypatch.setenv("LAKETRAIN_S3_ATTEMPTS", "0")
+    with pytest.raises(ValueError, match="LAKETRAIN_S3_ATTEMPTS='0'"):
+        store_for("s3://bucket/x")
