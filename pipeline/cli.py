@@ -4,33 +4,86 @@ wires them together and turns known errors into a clean message and exit code.""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from pipeline.settings import SettingsError, get_settings
 
-app = (
-    typer.Typer(
-        name="laketrain",
-        help="Versioned datasets from a data lake, and training on them.",
-        no_args_is_help=True,
-        pretty_exit_codes=False,
-    )
-    if "pretty_exit_codes" in typer.Typer.__init__.__code__.co_varnames
-    else typer.Typer(
-        name="laketrain",
-        help="Versioned datasets from a data lake, and training on them.",
-        no_args_is_help=True,
-    )
-)
+
+class _Console(Console):
+    """Wraps long lines only on a terminal: a message written to a file or a pipe stays one
+    line, whatever COLUMNS says, so it can be grepped and logged whole."""
+
+    @property  # type: ignore[override]
+    def soft_wrap(self) -> bool:
+        return not self.is_terminal
+
+    @soft_wrap.setter
+    def soft_wrap(self, value: bool) -> None:  # Console.__init__ assigns it; ignore that
+        pass
+
+
+class _LaketrainGroup(TyperGroup):
+    """The top-level command group: a store outage under ANY command becomes one line on
+    stderr and exit 1, instead of a page of traceback."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent=None, **extra: Any):
+        argv = list(args)  # before click consumes them: the command line to retry
+        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        ctx.meta["laketrain.argv"] = argv
+        return ctx
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            message = store_error_message(exc, ctx.meta.get("laketrain.argv") or [])
+            if message is None:
+                raise
+            fail(message, code=1)
+
+
+def store_error_message(exc: BaseException, argv: list[str]) -> str | None:
+    """One line for a metadata-store failure (password masked), or None for other errors."""
+    from sqlalchemy.exc import DBAPIError
+
+    from pipeline.metadata.store import StoreBusyError, StoreUnavailable
+    from pipeline.redact import redact_text, redact_url
+
+    retry = f"retry `{shlex.join(['laketrain', *argv])}`"
+    if isinstance(exc, StoreUnavailable):
+        return f"{exc}. Nothing was half-published; {retry} once the store is reachable."
+    if isinstance(exc, StoreBusyError):
+        return f"{exc}; {retry} when the other writer has finished."
+    if isinstance(exc, DBAPIError):
+        lines = str(exc.orig).strip().splitlines() or [type(exc.orig).__name__]
+        return (
+            f"metadata store {redact_url(get_settings().database_url)} failed: "
+            f"{redact_text(lines[0])}; the transaction was rolled back; {retry}."
+        )
+    return None
+
+
+_APP_OPTIONS: dict[str, Any] = {
+    "name": "laketrain",
+    "help": "Versioned datasets from a data lake, and training on them.",
+    "no_args_is_help": True,
+    "cls": _LaketrainGroup,
+}
+if "pretty_exit_codes" in typer.Typer.__init__.__code__.co_varnames:
+    _APP_OPTIONS["pretty_exit_codes"] = False
+app = typer.Typer(**_APP_OPTIONS)
 db_app = typer.Typer(help="The metadata store.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-console = Console()
-err_console = Console(stderr=True)
+console = _Console()
+err_console = _Console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -8,11 +8,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline.redact import redact_text, redact_url
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# libpq's connect timeout (seconds) unless the URL sets ``connect_timeout``: an unreachable
+# host must fail a command in seconds, not after the OS's TCP timeout (minutes).
+CONNECT_TIMEOUT_S = 10
 # An arbitrary constant shared by every laketrain process: the PostgreSQL advisory lock that
 # serialises concurrent first-use migrations.
 _MIGRATION_LOCK_KEY = 7_514_212_001
@@ -20,6 +25,37 @@ _MIGRATION_LOCK_KEY = 7_514_212_001
 
 class StoreBusyError(RuntimeError):
     """The store stayed locked by another writer for longer than we were willing to wait."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The store cannot be reached, or the connection to it was lost in the middle of a
+    command. ``url`` has its password masked and ``detail`` is the driver's first line, so
+    ``str()`` is safe to print. Whatever transaction was open is rolled back by the server."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        super().__init__(url, detail)  # both in args: it pickles across a worker pool
+        self.url = url
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"metadata store {self.url} is unavailable: {self.detail}"
+
+
+def _unavailable_hook(url: str):  # -> a handle_error listener
+    shown = redact_url(url)
+
+    def on_error(ctx: ExceptionContext) -> None:
+        # A failed pre-ping is SQLAlchemy's own business: it reconnects (and a failed
+        # reconnect comes back here as a connect error). Lost connections and failed connects
+        # (no connection yet) become StoreUnavailable; other errors (locks, constraints) pass.
+        if ctx.is_pre_ping or not (ctx.is_disconnect or ctx.connection is None):
+            return
+        lines = str(ctx.original_exception).strip().splitlines() or [
+            type(ctx.original_exception).__name__
+        ]
+        raise StoreUnavailable(shown, redact_text(lines[0])) from ctx.original_exception
+
+    return on_error
 
 
 def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
@@ -38,8 +74,13 @@ def make_engine(url: str, *, busy_timeout_s: float = 600.0) -> Engine:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": busy_timeout_s})
         event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+    else:
+        connect_args = (
+            {} if "connect_timeout" in parsed.query else {"connect_timeout": CONNECT_TIMEOUT_S}
+        )
+        engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    event.listen(engine, "handle_error", _unavailable_hook(url))
+    return engine
 
 
 def alembic_config(url: str):  # -> alembic.config.Config, imported lazily (slow import)

@@ -92,3 +92,78 @@ def test_processes_opening_a_fresh_store_at_once_migrate_it_once(db_url):
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, "\n".join(outputs)
     assert current_revision(make_engine(db_url)) == head_revision()
+
+
+# ---- outages: one clear error naming the store, never its password ---------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_store_is_store_unavailable_naming_it_without_the_password():
+    import pytest
+
+    from pipeline.metadata.store import StoreUnavailable
+
+    port = _free_port()  # closed again: nothing listens there
+    with pytest.raises(StoreUnavailable) as info:
+        MetadataStore(f"postgresql+psycopg://bob:s3cret@127.0.0.1:{port}/lt")
+    text = str(info.value)
+    assert f"bob:***@127.0.0.1:{port}/lt" in text and "s3cret" not in text
+    assert "Connection refused" in text and "\n" not in text
+
+
+def test_a_host_that_never_answers_fails_after_the_connect_timeout(monkeypatch):
+    """A server that accepts TCP but never speaks would hang libpq for good without a
+    connect timeout; with one, opening the store fails with StoreUnavailable."""
+    import socket
+    import threading
+
+    from pipeline.metadata import store as store_mod
+
+    monkeypatch.setattr(store_mod, "CONNECT_TIMEOUT_S", 2)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes handshakes; nobody ever answers
+    port = silent.getsockname()[1]
+    outcome: list[BaseException | None] = []
+
+    def open_it() -> None:
+        try:
+            MetadataStore(f"postgresql+psycopg://bob:pw@127.0.0.1:{port}/lt")
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    t = threading.Thread(target=open_it, daemon=True)
+    t.start()
+    t.join(120)
+    silent.close()
+    assert outcome, "opening a store on a silent host never returned"
+    assert isinstance(outcome[0], store_mod.StoreUnavailable), outcome[0]
+
+
+def test_a_connection_killed_mid_session_is_store_unavailable_and_the_store_recovers(pg_url):
+    import psycopg
+    import pytest
+    from sqlalchemy import text
+
+    from pipeline.metadata.store import StoreUnavailable
+    from tests.conftest import _libpq
+
+    store = MetadataStore(pg_url)
+    with pytest.raises(StoreUnavailable) as info:
+        with store.session() as session:
+            pid = session.execute(text("SELECT pg_backend_pid()")).scalar()
+            with psycopg.connect(_libpq(pg_url), autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            session.execute(text("SELECT 1"))
+    assert "terminating connection" in str(info.value)
+    with store.session() as session:  # the next session reconnects
+        assert session.execute(text("SELECT 2")).scalar() == 2
+    store.dispose()
