@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from pipeline.metadata.store import MetadataStore
 from pipeline.ui import data, search
+from pipeline.ui.errors import DamagedData
 from pipeline.ui.params import DatasetPath, DatasetQuery, Offset, SearchQuery, VersionRef, limit
 from pipeline.ui.thumbnails import NoThumbnails
 
@@ -72,15 +73,30 @@ def build_router(get_store: Callable[[], MetadataStore]) -> APIRouter:
 
     @router.get("/versions/{ref}/thumbnails.png", response_class=Response)
     def thumbnails(
-        ref: VersionRef, dataset: DatasetQuery = None, per_class: int = Query(6, ge=1, le=32)
+        request: Request,
+        ref: VersionRef,
+        dataset: DatasetQuery = None,
+        per_class: int = Query(6, ge=1, le=32),
     ) -> Response:
-        """A PNG grid of the first samples of each class, from the stored arrays."""
-        from pipeline.ui.thumbnails import version_grid
+        """A PNG grid of the first samples of each class, from the stored arrays. Damaged
+        arrays: 500 with the message as JSON, or drawn in a PNG for an <img> (which asks for
+        images, not JSON) so the page shows why instead of a broken image."""
+        from pipeline.ui.thumbnails import message_png, version_grid
 
         try:
             png = version_grid(get_store(), ref, dataset=dataset, per_class=per_class)
         except NoThumbnails as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from None
+        except DamagedData as exc:
+            accept = request.headers.get("accept", "")
+            if "image/" in accept and "json" not in accept:
+                return Response(
+                    message_png(str(exc)),
+                    status_code=500,
+                    media_type="image/png",
+                    headers={"Cache-Control": "no-store"},
+                )
+            raise
         # Versions are immutable: the grid of one id never changes; ``latest`` moves.
         moving = ref.strip() == "latest"
         cache = "private, no-cache" if moving else "private, max-age=3600"

@@ -66,6 +66,28 @@ def render_grid(rows: list[tuple[str, list[np.ndarray]]], *, cell: int = CELL) -
     return buf.getvalue()
 
 
+def message_png(text: str, *, width: int = 560) -> bytes:
+    """A PNG that says ``text``: what an <img> on the version page shows instead of a broken
+    image when the arrays cannot be drawn (the JSON body would be invisible there)."""
+    import textwrap
+
+    lines = ["Cannot draw the thumbnails:"]
+    for part in text.split(": ", 1):  # the version, then what is wrong with it
+        lines += textwrap.wrap(part, width=width // 7) or [""]
+    lines = lines[:14]
+    img = Image.new("RGB", (width, 16 * len(lines) + 2 * PAD), (255, 244, 244))
+    draw = ImageDraw.Draw(img)
+    for n, line in enumerate(lines):
+        try:
+            draw.text((PAD, PAD + 16 * n), line, fill=(164, 22, 26))
+        except UnicodeEncodeError:  # Pillow's built-in bitmap font is Latin-1 only
+            safe = line.encode("latin-1", "replace").decode("latin-1")
+            draw.text((PAD, PAD + 16 * n), safe, fill=(164, 22, 26))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
 def version_grid(
     store: Any,
     ref: str,
@@ -117,7 +139,7 @@ def _read_sample(reader: Any, pick: dict[str, Any], what: str) -> np.ndarray:
         return np.asarray(x)
     except Exception as exc:  # any reader failure on stored bytes is damage, named below
         raise DamagedData(
-            f"{what}: sample {i} ({pick['path']}) {_segment_of(reader, i)}: "
+            f"{what}: sample {i} ({pick['path']}) {_segment_of(reader, i)} cannot be read: "
             f"{_plain(exc, reader.data_root)}"
         ) from None
 

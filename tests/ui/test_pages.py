@@ -196,6 +196,13 @@ def test_auth_dependency_guards_every_route(store, versions):
         "/api/contains?q=x",
         f"/api/versions/{v}/thumbnails.png",
         f"/api/versions/{v}/invalid",
+        "/api/datasets/pets/rejected",
+        "/?dataset=pets",
+        "/versions/latest?dataset=pets",
+        "/api/versions/latest/thumbnails.png?dataset=pets",
+        # Auth runs before parameter validation: a bad request from a stranger is still a 401.
+        "/api/versions?offset=-1",
+        "/api/datasets/..%2Fetc/rejected",
     ]:
         assert client.get(path).status_code == 401, path
 
