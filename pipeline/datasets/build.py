@@ -36,7 +36,14 @@ from sqlalchemy.orm import Session
 from pipeline.datasets import head
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.buildlock import build_lock
+from pipeline.datasets.errors import BuildError
 from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.leases import (
+    check_counted_on,
+    released_after,
+    relied_on_segments,
+    take_lease,
+)
 from pipeline.datasets.pool import worker_pool
 from pipeline.datasets.queries import latest_committed
 from pipeline.datasets.segments import (
@@ -190,10 +197,6 @@ class BuildReport:
         }
 
 
-class BuildError(RuntimeError):
-    """The build cannot go on (e.g. the recipe changed between plan and process)."""
-
-
 # ---- plan -------------------------------------------------------------------------------------
 
 
@@ -228,8 +231,13 @@ def plan(
     recipe = _recipe(dataset)
     rh = recipe.recipe_hash
     store = store or open_store()
-    with store.session() as session:
+    # Under the segments lock (gc holds it exclusively), read what is processed and lease the
+    # segments holding it: no gc can drop them between this plan and its commit (leases.py).
+    with segments_guard(settings.data_root), store.session() as session:
         files = _files_to_process(session, dataset, rh)
+        take_lease(
+            settings.data_root, dataset, rh, relied_on_segments(session, dataset, rh), kind="plan"
+        )
     todo: dict[str, ShardFile] = {}
     for path, md5, size in files:
         if recipe.is_sidecar(path):
@@ -349,6 +357,7 @@ def process(
             pause_hook("segment_reused")
             os.utime(final)  # tells gc this segment is in use again
             _record_segment(store, shard.dataset, written.info)
+            take_lease(data_root, shard.dataset, shard.recipe_hash, [seg_id], kind="process")
             return _ref(shard, written.info, decoded=0, reused=True)
 
     pre = preprocessor_for(recipe)
@@ -467,6 +476,9 @@ def process(
         )
         pause_hook("segment_renamed")
         _record_segment(store, shard.dataset, written.info)
+        # Until the commit: gc must not take what this build is about to publish.
+        seg_id = written.info["segment_id"]
+        take_lease(data_root, shard.dataset, shard.recipe_hash, [seg_id], kind="process")
     return _ref(
         shard, written.info, decoded=0 if written.reused else decoded, reused=written.reused
     )
@@ -640,6 +652,7 @@ class _Sample:
 
 
 @gc_paused()
+@released_after  # the leases of this dataset's plans and shards, once committed
 def commit(
     dataset: str,
     segments: list[SegmentRef | dict] | None = None,
@@ -694,6 +707,10 @@ def commit(
         if latest is None or latest.recipe_hash != rh or recipe.split.group_regex:
             known_splits = {}  # a split depends on the md5 alone only under the same recipe, without group_regex
         samples, invalid = _assemble(recipe, files, processed, sidecar, known_splits)
+        # Fail, never publish without them, when files lost rows the build counted on.
+        check_counted_on(
+            session, data_root, dataset, recipe, files, processed, [r.segment_id for r in refs]
+        )
         version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
         if latest is not None and latest.version_id == version_id:
             return None

@@ -9,7 +9,9 @@ What may go:
   with no rows are kept, since they only hold invalid verdicts and cost nothing;
 - leftovers of killed builds: segment temp folders, version staging folders, segment folders
   and version folders that the store never recorded.
-Anything younger than ``min_age_s`` is left alone: it may belong to a build in flight.
+Anything younger than ``min_age_s`` is left alone: it may belong to a build in flight; so is
+any segment of a live build lease (``leases.py``: what a plan or a shard counts on until its
+commit, however long the DAG takes between them).
 
 ``apply`` takes every dataset's lock row first, so no commit can pick a segment while gc
 deletes it, and holds segments_guard exclusively, so no build records a segment (new or
@@ -30,6 +32,7 @@ from sqlalchemy.orm import Session
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delete_processed_for_segments
 from pipeline.datasets.head import kept_heads
+from pipeline.datasets.leases import leased_segments
 from pipeline.datasets.segments import clean_stale_temps, segments_guard
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import (
@@ -54,6 +57,7 @@ class GcPlan:
     segments: list[dict[str, Any]] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
     kept_for_runs: list[str] = field(default_factory=list)
+    kept_for_builds: list[str] = field(default_factory=list)  # segments an in-flight build leased
     bytes: int = 0
     applied: bool = False
 
@@ -66,6 +70,7 @@ class GcPlan:
             "segments": self.segments,
             "leftovers": self.leftovers,
             "kept_for_runs": self.kept_for_runs,
+            "kept_for_builds": self.kept_for_builds,
         }
 
 
@@ -118,9 +123,13 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
         )
     now = time.time()
     known: set[str] = set()
+    leased = leased_segments(data_root)  # what in-flight builds count on (leases.py)
     for seg in session.scalars(select(Segment)):
         known.add(seg.path)
         if seg.segment_id in kept_segments or seg.n_rows == 0:
+            continue
+        if seg.segment_id in leased:
+            plan.kept_for_builds.append(seg.segment_id)
             continue
         if now - seg.created_at.timestamp() < min_age_s or not _old(
             data_root / seg.path, now, min_age_s
@@ -138,11 +147,14 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
     # Segment folders the store never recorded (a build killed between rename and record).
     seg_root = data_root / "segments"
     for rh_dir in sorted(seg_root.iterdir()) if seg_root.is_dir() else []:
-        if not rh_dir.is_dir():
+        if not rh_dir.is_dir() or rh_dir.name.startswith("."):  # .leases, not a recipe
             continue
         for folder in sorted(rh_dir.iterdir()):
             rel = f"segments/{rh_dir.name}/{folder.name}"
             if folder.name.startswith(".") or rel in known or not _old(folder, now, min_age_s):
+                continue
+            if folder.name in leased:
+                plan.kept_for_builds.append(folder.name)
                 continue
             size = _du(folder)
             plan.segments.append(

@@ -8,7 +8,9 @@ Points: ``process_decoded`` (after decoding a shard, before writing its segment)
 ``commit_staged`` (version folder staged, not yet renamed), ``commit_renamed`` (folder
 published, store not yet committed), ``head_committed`` (version and head move committed in
 the store, the HEAD file not yet written). ``LAKETRAIN_TEST_PAUSE_NTH=<n>`` pauses at the n-th
-time the point is reached in the process (default the first).
+time the point is reached in the process (default the first). ``LAKETRAIN_TEST_PAUSE_SECONDS``
+bounds the pause (default 60); ``LAKETRAIN_TEST_RESUME_FILE=<path>`` ends it as soon as that
+file exists, so a test can act during the pause and then let the build go on.
 """
 
 from __future__ import annotations
@@ -27,4 +29,9 @@ def pause_hook(point: str) -> None:
     if _seen[point] == int(os.environ.get("LAKETRAIN_TEST_PAUSE_NTH", "1")):
         sys.stderr.write(f"LAKETRAIN_PAUSED_AT {point}\n")
         sys.stderr.flush()
-        time.sleep(float(os.environ.get("LAKETRAIN_TEST_PAUSE_SECONDS", "60")))
+        deadline = time.monotonic() + float(os.environ.get("LAKETRAIN_TEST_PAUSE_SECONDS", "60"))
+        resume = os.environ.get("LAKETRAIN_TEST_RESUME_FILE")
+        while (left := deadline - time.monotonic()) > 0:
+            if resume and os.path.exists(resume):
+                return
+            time.sleep(min(left, 0.05) if resume else left)

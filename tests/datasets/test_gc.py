@@ -10,7 +10,9 @@ from tests.datasets.conftest import image_lake, write_jpeg
 
 def _segments_on_disk(data_root):
     return sorted(
-        p.name for p in (data_root / "segments").glob("*/*") if not p.name.startswith(".")
+        p.name
+        for p in (data_root / "segments").glob("*/*")
+        if not p.name.startswith(".") and not p.parent.name.startswith(".")  # .leases
     )
 
 
@@ -103,7 +105,8 @@ def test_gc_removes_leftovers_of_killed_builds_but_not_young_ones(store, home):
     (ds / ".staging-deadbeef").mkdir()
     (ds / ".staging-deadbeef" / "metadata.jsonl").write_text("{}\n")
     rh = v.path  # noqa: F841
-    orphan = next((home / "data" / "segments").iterdir()) / ("f" * 64)
+    (recipe_dir,) = [p for p in (home / "data" / "segments").iterdir() if p.name[0] != "."]
+    orphan = recipe_dir / ("f" * 64)
     orphan.mkdir()
     (orphan / "x.npy").write_bytes(b"partial")
     young = collect(store=store)  # default min age: an hour
