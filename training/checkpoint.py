@@ -11,7 +11,12 @@ Layout under ``run_url = <CHECKPOINT_URL>/<RUN_ID>``::
 A checkpoint counts only when its marker exists and every file it lists has that size and
 sha256: a kill or a failed upload at any moment leaves either no marker (ignored) or a whole
 checkpoint. ``load_latest`` walks the step-* folders newest first and skips (with a WARNING
-naming it) any that is incomplete or corrupt, so resume falls back to the previous one.
+naming it) any that is incomplete or corrupt, so resume falls back to the previous one. What it
+skipped is kept in ``skipped``; ``unusable`` then says whether the run HAD checkpoints (a step
+folder or a pointer) none of which could be used, which the trainer must not take for a fresh
+run (TRAIN_RESUME). ``best_pointer`` is verified the same way (marker, sizes, sha256): a bad one
+is replaced by the best valid committed checkpoint by its marker's metric, or removed.
+``start_fresh`` ignores the run's checkpoints (TRAIN_RESUME=never).
 
 Saving never stalls on the network: ``save()`` writes a local snapshot (``torch.save`` to
 ``local_dir``, fast) and returns; a background thread hashes, uploads, writes the marker,
@@ -137,6 +142,12 @@ class CheckpointManager:
         self._best_loaded = False
         # Steps load_latest found corrupt: retention removes them after the next commit.
         self._invalid_steps: set[int] = set()
+        # Steps whose files this process hashed itself (committed or verified): no re-download.
+        self._verified_steps: set[int] = set()
+        # What the last load_latest saw: every checkpoint it skipped and why, and which
+        # pointers existed; the trainer's resume policy reads it (see `unusable`).
+        self.skipped: list[dict[str, Any]] = []
+        self.pointers_found: list[str] = []
         self._closed = False
         self.loaded_step: int | None = None
         self.loaded_url: str | None = None
@@ -225,6 +236,8 @@ class CheckpointManager:
             self.store.write_bytes(
                 join(self.run_url, "latest"), _json_bytes({"step": step, "url": url})
             )
+            self._verified_steps.add(step)
+            self._invalid_steps.discard(step)
             info["is_best"] = self._update_best(info)
             log.info("checkpoint step %d committed at %s", step, url)
             self._call_hook(self.on_commit, info)
@@ -234,7 +247,9 @@ class CheckpointManager:
 
     def _update_best(self, info: CheckpointInfo) -> bool:
         if not self._best_loaded:
-            self._best = self._read_json(join(self.run_url, "best"))
+            # The pointer may name a checkpoint that is gone or corrupt: a stale best with a
+            # high metric would otherwise outrank every new checkpoint for the rest of the run.
+            self._best = self.best_pointer()
             self._best_loaded = True
         best = self._best
         metric = info["metric"]
@@ -253,7 +268,7 @@ class CheckpointManager:
         for step, names in self._step_dirs().items():
             (committed if MARKER in names else others).append(step)
         committed.sort(reverse=True)
-        keep = {s for s in committed if s <= current}
+        keep = {s for s in committed if s <= current and s not in self._invalid_steps}
         keep = set(sorted(keep, reverse=True)[: self.keep_last]) | {current}
         if self._best is not None:
             keep.add(int(self._best["step"]))
@@ -357,25 +372,48 @@ class CheckpointManager:
         An incomplete (no marker) or corrupt (size/sha256 mismatch, unreadable) checkpoint is
         skipped with a WARNING naming it, and the previous one is tried.
         """
+        self.skipped = []
+        self.pointers_found = [
+            name for name in ("latest", "best") if self.store.exists(join(self.run_url, name))
+        ]
         for step in sorted(self._step_dirs(), reverse=True):
             url = self.step_url(step)
-            state = self._load_verified(step, url, map_location)
+            state, reason = self._load_verified(url, map_location)
             if state is None:
+                log.warning("checkpoint %s %s; skipping it", url, reason)
+                self.skipped.append({"step": step, "url": url, "reason": reason})
                 self._invalid_steps.add(step)
                 continue
             state.setdefault("step", step)
             self.loaded_step, self.loaded_url = step, url
+            self._verified_steps.add(step)
             log.info("resuming from checkpoint step %d at %s", step, url)
             return state
         return None
 
-    def _load_verified(self, step: int, url: str, map_location: Any) -> dict | None:
-        marker_url = join(url, MARKER)
+    def start_fresh(self) -> int:
+        """Ignore this run's existing checkpoints (TRAIN_RESUME=never): the old best no longer
+        counts, and retention deletes the old step folders once the first new checkpoint is
+        committed (not before: until then they are all the run has). Returns how many."""
+        old = sorted(self._step_dirs())
+        self._invalid_steps.update(old)
+        self._best, self._best_loaded = None, True
+        if self.is_writer:
+            self.store.delete(join(self.run_url, "best"))
+        return len(old)
+
+    @property
+    def unusable(self) -> bool:
+        """After a load_latest that found nothing: True when the run HAD checkpoints (a step
+        folder or a pointer) and none could be used — as opposed to a fresh run."""
+        return self.loaded_step is None and bool(self.skipped or self.pointers_found)
+
+    def _read_marker(self, url: str) -> tuple[dict | None, str | None]:
+        """(the marker's files, None) or (None, why the checkpoint at ``url`` does not count)."""
         try:
-            raw = self.store.read_bytes(marker_url)
+            raw = self.store.read_bytes(join(url, MARKER))
         except FileNotFoundError:
-            log.warning("checkpoint %s has no commit marker (incomplete upload); skipping it", url)
-            return None
+            return None, "has no commit marker (incomplete upload or deleted)"
         try:
             marker = json.loads(raw)
             files = marker["files"]
@@ -386,45 +424,65 @@ class CheckpointManager:
             ):
                 raise ValueError(f"unknown marker format or no {STATE_FILE}")
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("checkpoint %s has an unreadable commit marker (%s); skipping it", url, exc)
-            return None
+            return None, f"has an unreadable commit marker ({exc})"
+        for name in files:
+            if "/" in name or name.startswith("."):
+                return None, f"lists a bad file name {name!r}"
+        return marker, None
+
+    def _fetch_checked(self, url: str, files: dict, tmp_dir: Path) -> str | None:
+        """Download every file the marker lists into ``tmp_dir`` and check its size and
+        sha256; None when all match, else why not."""
+        for name, expect in files.items():
+            local = tmp_dir / name
+            try:
+                self.store.get_file(join(url, name), local)
+            except FileNotFoundError:
+                return f"is missing {name}"
+            size, sha = file_digest(local)
+            if size != expect.get("size") or sha != expect.get("sha256"):
+                return (
+                    f"is corrupt: {name} has size {size} sha256 {sha[:12]}, the marker says "
+                    f"size {expect.get('size')} sha256 {str(expect.get('sha256'))[:12]}"
+                )
+        return None
+
+    def _load_verified(self, url: str, map_location: Any) -> tuple[dict | None, str | None]:
+        marker, reason = self._read_marker(url)
+        if marker is None:
+            return None, reason
         tmp_dir = Path(tempfile.mkdtemp(prefix="restore-", dir=self._restore_parent()))
         try:
-            for name, expect in files.items():
-                if "/" in name or name.startswith("."):
-                    log.warning("checkpoint %s lists a bad file name %r; skipping it", url, name)
-                    return None
-                local = tmp_dir / name
-                try:
-                    self.store.get_file(join(url, name), local)
-                except FileNotFoundError:
-                    log.warning("checkpoint %s is missing %s; skipping it", url, name)
-                    return None
-                size, sha = file_digest(local)
-                if size != expect.get("size") or sha != expect.get("sha256"):
-                    log.warning(
-                        "checkpoint %s is corrupt: %s has size %d sha256 %s, the marker says size %s "
-                        "sha256 %s; skipping it",
-                        url,
-                        name,
-                        size,
-                        sha[:12],
-                        expect.get("size"),
-                        str(expect.get("sha256"))[:12],
-                    )
-                    return None
+            reason = self._fetch_checked(url, marker["files"], tmp_dir)
+            if reason:
+                return None, reason
             try:
                 path = tmp_dir / STATE_FILE
                 state = torch.load(path, map_location=map_location, weights_only=True)
             except Exception as exc:
-                log.warning("checkpoint %s could not be loaded (%s); skipping it", url, exc)
-                return None
+                return None, f"could not be loaded ({exc})"
             if not isinstance(state, dict):
-                log.warning("checkpoint %s does not hold a dict; skipping it", url)
-                return None
-            return state
+                return None, "does not hold a dict"
+            return state, None
         finally:
             shutil.rmtree(tmp_dir, ignore_errors=True)
+
+    def verify_checkpoint(self, step: int) -> str | None:
+        """None when checkpoint ``step`` is committed and every file matches its marker (the
+        files are downloaded and hashed, unless this process already did); else why not."""
+        if step in self._verified_steps:
+            return None
+        marker, reason = self._read_marker(self.step_url(step))
+        if marker is None:
+            return reason
+        tmp_dir = Path(tempfile.mkdtemp(prefix="verify-", dir=self._restore_parent()))
+        try:
+            reason = self._fetch_checked(self.step_url(step), marker["files"], tmp_dir)
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        if reason is None:
+            self._verified_steps.add(step)
+        return reason
 
     def _restore_parent(self) -> Path:
         self.local_dir.mkdir(parents=True, exist_ok=True)
@@ -445,8 +503,54 @@ class CheckpointManager:
         return self._read_json(join(self.run_url, "latest"))
 
     def best_pointer(self) -> dict | None:
-        """The ``best`` pointer ({"step", "url", "metric"}), or None."""
-        return self._read_json(join(self.run_url, "best"))
+        """The ``best`` pointer ({"step", "url", "metric"}), verified like a resume: its
+        checkpoint must be committed with matching checksums. A bad pointer is replaced by the
+        best valid committed checkpoint (by its marker's metric), or removed when there is none
+        (rank 0 only; other ranks just get the fallback)."""
+        url = join(self.run_url, "best")
+        pointer = self._read_json(url)
+        if pointer is None:
+            return None
+        reason = self._pointer_problem(pointer)
+        if reason is None:
+            return pointer
+        log.warning("the best pointer %s %s; looking for another best checkpoint", url, reason)
+        fallback = self._best_valid_checkpoint(exclude=pointer.get("step"))
+        if self.is_writer:
+            if fallback is None:
+                self.store.delete(url)
+            else:
+                self.store.write_bytes(url, _json_bytes(fallback))
+        if fallback is None:
+            log.warning(
+                "no other checkpoint of run %s has a metric: best pointer removed", self.run_id
+            )
+        else:
+            log.warning("best checkpoint is now step %d at %s", fallback["step"], fallback["url"])
+        return fallback
+
+    def _pointer_problem(self, pointer: Any) -> str | None:
+        step = pointer.get("step") if isinstance(pointer, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            return f"is malformed ({pointer!r})"
+        if pointer.get("url") != self.step_url(step):
+            return f"names {pointer.get('url')!r}, not this run's step-{step}"
+        reason = self.verify_checkpoint(step)
+        return f"names checkpoint step {step}, which {reason}" if reason else None
+
+    def _best_valid_checkpoint(self, exclude: Any) -> dict | None:
+        candidates = []
+        for step in self.committed_steps():
+            if step == exclude:
+                continue
+            marker, _ = self._read_marker(self.step_url(step))
+            metric = (marker or {}).get("metric")
+            if isinstance(metric, int | float) and math.isfinite(metric):
+                candidates.append((float(metric), step))
+        for metric, step in sorted(candidates, reverse=True):
+            if self.verify_checkpoint(step) is None:
+                return {"step": step, "url": self.step_url(step), "metric": metric}
+        return None
 
     def upload_file(self, name: str, local_path: Path) -> str | None:
         """Upload a file beside the checkpoints as ``<run_url>/<name>`` (synchronously).

@@ -522,3 +522,95 @@ def test_bad_save_arguments(tmp_path: Path) -> None:
     mgr.close()
     with pytest.raises(CheckpointError, match="close"):
         mgr.save(1, {})
+
+
+# ------------------------------------------------------- best pointer, unusable, fresh start
+
+
+@pytest.mark.parametrize("how", ["flip", "no-marker", "deleted"])
+def test_a_bad_best_pointer_falls_back_to_the_best_valid_checkpoint(
+    base_url: str, how: str, caplog
+) -> None:
+    mgr = CheckpointManager(base_url, "run-bp", keep_last=3)
+    save_all(mgr, [1, 2, 3], metrics=[0.5, 0.9, 0.7])
+    mgr.close()
+    assert mgr.best_pointer()["step"] == 2
+    if how == "deleted":
+        store_for(base_url).delete_prefix(join(base_url, "run-bp", "step-2"))
+    else:
+        corrupt(base_url, "run-bp", 2, how)
+    caplog.set_level(logging.WARNING, logger="training.checkpoint")
+    fresh = CheckpointManager(base_url, "run-bp")
+    best = fresh.best_pointer()
+    assert best == {"step": 3, "url": f"{fresh.run_url}/step-3", "metric": 0.7}
+    assert any("best pointer" in r.getMessage() for r in caplog.records)
+    # The pointer itself was rewritten, so a plain read now agrees.
+    assert json.loads(fresh.store.read_bytes(join(fresh.run_url, "best")))["step"] == 3
+
+
+def test_a_bad_best_pointer_with_no_other_metric_is_removed(base_url: str) -> None:
+    mgr = CheckpointManager(base_url, "run-bq", keep_last=2)
+    save_all(mgr, [1, 2], metrics=[0.8, None])
+    mgr.close()
+    corrupt(base_url, "run-bq", 1, "flip")
+    fresh = CheckpointManager(base_url, "run-bq")
+    assert fresh.best_pointer() is None
+    assert not fresh.store.exists(join(fresh.run_url, "best"))
+
+
+def test_a_stale_best_does_not_outrank_new_checkpoints_after_resume(tmp_path: Path) -> None:
+    base = (tmp_path / "o").as_uri()
+    first = CheckpointManager(base, "run-bs", keep_last=1)
+    save_all(first, [1, 2], metrics=[0.99, 0.1])
+    first.close()
+    corrupt(base, "run-bs", 1, "flip")  # the best checkpoint went bad in storage
+    second = CheckpointManager(base, "run-bs", keep_last=1)
+    assert second.load_latest()["step"] == 2
+    save_all(second, [3], metrics=[0.5])
+    second.close()
+    assert second.best_pointer()["step"] == 3  # not the corrupt step 1 with its 0.99
+    assert 1 not in steps_in_storage(second)  # and retention no longer keeps it
+
+
+def test_unusable_tells_a_run_whose_checkpoints_are_all_bad_from_a_fresh_run(
+    tmp_path: Path,
+) -> None:
+    base = (tmp_path / "o").as_uri()
+    fresh = CheckpointManager(base, "run-new")
+    assert fresh.load_latest() is None and not fresh.unusable and fresh.skipped == []
+
+    mgr = CheckpointManager(base, "run-u", keep_last=2)
+    save_all(mgr, [1, 2])
+    mgr.close()
+    corrupt(base, "run-u", 1, "flip")
+    corrupt(base, "run-u", 2, "no-marker")
+    again = CheckpointManager(base, "run-u")
+    assert again.load_latest() is None and again.unusable
+    assert [(s["step"], s["reason"].split()[0]) for s in again.skipped] == [
+        (2, "has"),
+        (1, "is"),
+    ]
+    # Every step folder deleted, only the pointers left: the checkpoints are missing.
+    store_for(base).delete_prefix(join(base, "run-u", "step-1"))
+    store_for(base).delete_prefix(join(base, "run-u", "step-2"))
+    gone = CheckpointManager(base, "run-u")
+    assert gone.load_latest() is None and gone.unusable and gone.skipped == []
+    assert gone.pointers_found == ["latest"]  # the best pointer had no metric to point at
+
+
+def test_start_fresh_ignores_old_checkpoints_and_removes_them_after_the_first_commit(
+    tmp_path: Path,
+) -> None:
+    base = (tmp_path / "o").as_uri()
+    old = CheckpointManager(base, "run-f", keep_last=2)
+    save_all(old, [10, 20], metrics=[0.9, 0.95])
+    old.close()
+    new = CheckpointManager(base, "run-f", keep_last=2)
+    assert new.start_fresh() == 2
+    assert new.best_pointer() is None  # the old best no longer counts
+    assert steps_in_storage(new) == [10, 20]  # nothing deleted before a new checkpoint exists
+    save_all(new, [1], metrics=[0.3])
+    new.close()
+    assert steps_in_storage(new) == [1]
+    assert new.best_pointer()["step"] == 1
+    assert CheckpointManager(base, "run-f").load_latest()["step"] == 1
