@@ -250,3 +250,17 @@ def test_a_head_file_that_cannot_be_written_is_a_warning_and_the_next_build_writ
     blocker.rmdir()
     assert _build(store) is None
     assert _head_file(home)["version_id"] == a.version_id
+
+
+def test_a_head_file_naming_an_unpublished_version_is_an_error_not_another_version(
+    store, home, monkeypatch
+):
+    from pipeline.datasets.manifest import VersionNotFound, write_head
+    from pipeline.datasets.reader import open_version
+
+    image_lake(home, per_class=3)
+    _build(store)
+    write_head(home / "data", "pets", {"dataset": "pets", "version_id": "0" * 64})
+    monkeypatch.delenv("METADATA_DB_URL")
+    with pytest.raises(VersionNotFound, match="HEAD names version 0000.*not published"):
+        open_version("pets", data_root=home / "data")
