@@ -33,6 +33,7 @@ __all__ = [
     "list_runs",
     "record_checkpoint",
     "record_checkpoint_deleted",
+    "record_run_event",
     "record_run_finished",
     "record_run_started",
     "runs_for_version",
@@ -236,6 +237,32 @@ def record_checkpoint_deleted(run_id: str, step: int, store: Any = None) -> bool
         return True
 
 
+EVENT_LEVELS = ("INFO", "WARNING", "ERROR")
+MAX_EVENTS = 100  # per run, across attempts: the newest are kept
+
+
+def record_run_event(
+    run_id: str, level: str, message: str, *, time: str | None = None, store: Any = None
+) -> bool:
+    """Append ``{time, level, message}`` to the run's ``events`` (kept across attempts, the
+    newest MAX_EVENTS). False when the run has no row yet (nothing to attach it to)."""
+    _check_run_id(run_id)
+    level = str(level).upper()
+    if level not in EVENT_LEVELS:
+        raise ValueError(f"level must be one of {', '.join(EVENT_LEVELS)}, got {level!r}")
+    if not isinstance(message, str) or not message:
+        raise ValueError("message must be a non-empty string")
+    event = {"time": time or utcnow().isoformat(), "level": level, "message": message[:10_000]}
+    with _store(store).session() as session:
+        run = session.get(TrainingRun, run_id, with_for_update=True)
+        if run is None:
+            return False
+        # A new list, not an in-place append: the JSON column only sees assignments.
+        run.events = [*(run.events or []), event][-MAX_EVENTS:]
+        run.updated_at = utcnow()
+        return True
+
+
 def get_run(run_id: str, store: Any = None) -> dict | None:
     """The run as a dict, with ``checkpoints`` (oldest first), or None."""
     with _store(store).session() as session:
@@ -294,6 +321,7 @@ def _run_dict(run: TrainingRun) -> dict:
         "launcher": run.launcher,
         "attempts": run.attempts,
         "error": run.error,
+        "events": list(run.events or []),
         "started_at": _iso(run.started_at),
         "updated_at": _iso(run.updated_at),
         "finished_at": _iso(run.finished_at),

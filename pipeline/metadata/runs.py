@@ -1,4 +1,5 @@
-"""Training models: runs and their checkpoints. Owned by the trainer work; created by 0003.
+"""Training models: runs and their checkpoints. Owned by the trainer work; created by 0003
+(``training_runs.events`` by 0005).
 
 ``training_runs.version_id`` is a plain indexed string, deliberately without a foreign key to
 ``dataset_versions``: the trainer can run on a version folder that this store never recorded
@@ -52,6 +53,8 @@ class TrainingRun(Base):
     launcher: Mapped[str | None] = mapped_column(String(32))
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     error: Mapped[str | None] = mapped_column(Text)
+    # [{time, level, message}] (migration 0005): e.g. "every checkpoint unusable, restarted".
+    events: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     started_at: Mapped[datetime] = mapped_column(
         UTCDateTime, default=utcnow, doc="first attempt's start"
     )

@@ -226,3 +226,43 @@ def test_launcher_queued_then_trainer_running_is_one_attempt(store) -> None:
     assert runs.record_run_started("run-q", "digits", "ver1", {}, store=store)["attempts"] == 2
     # A trainer started by hand again, without a launcher: a third attempt.
     assert runs.record_run_started("run-q", "digits", "ver1", {}, store=store)["attempts"] == 3
+
+
+def test_run_events_are_appended_and_kept_across_attempts(store) -> None:
+    assert runs.record_run_event("run-ev", "ERROR", "too early", store=store) is False
+    runs.record_run_started("run-ev", "digits", "v" * 64, {}, store=store)
+    assert runs.get_run("run-ev", store=store)["events"] == []
+    assert runs.record_run_event(
+        "run-ev",
+        "error",
+        "every checkpoint unusable",
+        time="2026-12-01T00:00:00+00:00",
+        store=store,
+    )
+    runs.record_run_started("run-ev", "digits", "v" * 64, {}, store=store)  # a retry
+    runs.record_run_event("run-ev", "WARNING", "second", store=store)
+    events = runs.get_run("run-ev", store=store)["events"]
+    assert events[0] == {
+        "time": "2026-12-01T00:00:00+00:00",
+        "level": "ERROR",
+        "message": "every checkpoint unusable",
+    }
+    assert [e["message"] for e in events] == ["every checkpoint unusable", "second"]
+    with pytest.raises(ValueError, match="level"):
+        runs.record_run_event("run-ev", "LOUD", "x", store=store)
+
+
+def test_migration_0005_adds_and_drops_the_events_column(store) -> None:
+    from alembic import command
+
+    from pipeline.metadata.store import alembic_config
+
+    def columns() -> set[str]:
+        return {c["name"] for c in inspect(store.engine).get_columns("training_runs")}
+
+    assert "events" in columns()
+    cfg = alembic_config(store.engine.url.render_as_string(hide_password=False))
+    command.downgrade(cfg, "0004_heads")
+    assert "events" not in columns() and "run_id" in columns()
+    command.upgrade(cfg, "head")
+    assert "events" in columns()
