@@ -74,6 +74,14 @@ class Settings(BaseSettings):
         le=1_000_000,
         description="At most this many MB of source files per preprocessing shard.",
     )
+    shard_decoded_mb: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="At most this many MB of decoded samples per preprocessing shard, as the "
+        "recipe sizes them (an image: channels x size x size x (copies + 1) bytes); a shard's "
+        "decode holds about twice this in memory.",
+    )
 
     @field_validator("checkpoint_url")
     @classmethod

@@ -56,6 +56,7 @@ from pipeline.datasets.segments import (
     segments_root,
     write_segment,
 )
+from pipeline.datasets.shards import decoded_bytes, pack
 from pipeline.gcpause import gc_paused
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import (
@@ -219,15 +220,19 @@ def plan(
     store: MetadataStore | None = None,
     max_files: int | None = None,
     max_bytes: int | None = None,
+    max_decoded_bytes: int | None = None,
 ) -> list[Shard]:
-    """Shards (≤ max_files files, ≤ max_bytes source bytes; default the SHARD_FILES and
-    SHARD_MB settings) of the dataset's current contents that have no processed sample under
-    the current recipe. Identical content at several paths is planned once."""
+    """Shards (≤ max_files files, ≤ max_bytes source bytes, ≤ max_decoded_bytes of decoded
+    samples as the recipe sizes them; default the SHARD_FILES, SHARD_MB and SHARD_DECODED_MB
+    settings) of the dataset's current contents that have no processed sample under the
+    current recipe. Identical content at several paths is planned once."""
     settings = _settings()
     max_files = settings.shard_files if max_files is None else max_files
     max_bytes = settings.shard_mb << 20 if max_bytes is None else max_bytes
-    if max_files < 1 or max_bytes < 1:
-        raise ValueError("max_files and max_bytes must be at least 1")
+    if max_decoded_bytes is None:
+        max_decoded_bytes = settings.shard_decoded_mb << 20
+    if max_files < 1 or max_bytes < 1 or max_decoded_bytes < 1:
+        raise ValueError("max_files, max_bytes and max_decoded_bytes must be at least 1")
     recipe = _recipe(dataset)
     rh = recipe.recipe_hash
     store = store or open_store()
@@ -244,19 +249,15 @@ def plan(
             continue
         if md5 not in todo:  # files are sorted by path: the first path of a content wins
             todo[md5] = ShardFile(md5, path, int(size or 0))
-    shards: list[Shard] = []
-    batch: list[ShardFile] = []
-    batch_bytes = 0
-    for md5 in sorted(todo):
-        f = todo[md5]
-        if batch and (len(batch) >= max_files or batch_bytes + f.size > max_bytes):
-            shards.append(Shard(dataset, rh, recipe.format, batch))
-            batch, batch_bytes = [], 0
-        batch.append(f)
-        batch_bytes += f.size
-    if batch:
-        shards.append(Shard(dataset, rh, recipe.format, batch))
-    return shards
+    groups = pack(
+        [todo[md5] for md5 in sorted(todo)],
+        max_files=max_files,
+        max_bytes=max_bytes,
+        max_decoded=max_decoded_bytes,
+        size_of=lambda f: f.size,
+        decoded_of=lambda f: decoded_bytes(recipe, f.path, f.size),
+    )
+    return [Shard(dataset, rh, recipe.format, batch) for batch in groups]
 
 
 def _files_to_process(session: Session, dataset: str, rh: str) -> list[tuple]:
