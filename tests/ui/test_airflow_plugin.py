@@ -58,6 +58,9 @@ def test_every_route_needs_the_airflow_login(ui_stack):
         f"/laketrain/api/versions/{v}/diff/{v}",
         "/laketrain/api/contains?q=x",
         f"/laketrain/api/versions/{v}/thumbnails.png",
+        "/laketrain/api/datasets/digits/rejected",
+        "/laketrain/api/versions/latest/invalid?dataset=digits",
+        "/laketrain/?dataset=..%2Fetc",
     ]
     forged = ui_stack.stack.token("admin")[:-4] + "AAAA"
     with httpx.Client(base_url=ui_stack.stack.url, timeout=60) as anon:
@@ -100,3 +103,15 @@ def test_json_api_over_built_versions(api, ui_stack):
     png = api.get(f"/laketrain/api/versions/{v2}/thumbnails.png")
     assert png.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(png.content)).size[0] > 0
+    # Behind Airflow's mount too: latest?dataset= on thumbnails, bounds and names as 4xx JSON,
+    # the rejected file of v2 listed (the mount's root_path must not break the /api/ check).
+    latest = api.get("/laketrain/api/versions/latest/thumbnails.png", params={"dataset": "digits"})
+    assert latest.status_code == 200 and latest.content == png.content
+    huge = api.get("/laketrain/api/versions", params={"offset": str(2**63)})
+    assert huge.status_code == 422 and huge.json()["detail"].startswith("offset: ")
+    bad = api.get("/laketrain/api/versions", params={"dataset": "../etc"})
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("dataset: ")
+    page = api.get("/laketrain/", params={"page": str(2**63)})
+    assert page.status_code == 422 and "page: " in page.text and 'role="search"' in page.text
+    rejected = api.get("/laketrain/api/datasets/digits/rejected").json()
+    assert [f["path"] for f in rejected["items"]] == [b.invalid]
