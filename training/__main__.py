@@ -20,16 +20,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    from pipeline.redact import redact_text, redact_url
     from training.config import ConfigError, resolve
     from training.exit_codes import EXIT_CONFIG, EXIT_OK
 
     try:
         cfg, target, ns = resolve(argv)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     if ns.print_config:
-        print(json.dumps({"config": cfg.to_dict(), "target": target.__dict__}, indent=2))
+        # The target holds URLs (METADATA_DB_URL may carry a password): printed masked.
+        shown = {
+            k: (redact_url(v) if k.endswith("_url") else redact_text(v))
+            if isinstance(v, str)
+            else v
+            for k, v in target.__dict__.items()
+        }
+        print(json.dumps({"config": cfg.to_dict(), "target": shown}, indent=2))
         return EXIT_OK
     from training.launch import is_worker, launch, processes_wanted
 
@@ -37,7 +45,7 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             nproc = processes_wanted(cfg)
         except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {redact_text(str(exc))}", file=sys.stderr)
             return EXIT_CONFIG
         if nproc > 1:
             return launch(nproc, list(sys.argv[1:] if argv is None else argv))

@@ -60,6 +60,11 @@ class DataConfig:
     check_leakage: bool = _f(
         True, "Refuse a version whose train and val splits share a sample md5."
     )
+    allow_no_val: bool = _f(
+        False,
+        "Train on a version whose val split is empty (no best checkpoint, no val metrics); "
+        "otherwise such a version is refused (exit 3).",
+    )
 
 
 @dataclass
@@ -179,6 +184,13 @@ class CheckpointConfig:
         "val_accuracy",
         "The metric that picks the best checkpoint (higher is better for accuracy, lower for loss).",
         choices=("val_accuracy", "val_loss"),
+    )
+    resume: str = _f(
+        "auto",
+        "When the run has checkpoints but none is usable (all corrupt or missing): auto starts "
+        "from step 0 with an error event on the run; require refuses (exit 3); never ignores "
+        "every checkpoint and starts from step 0. A run with no checkpoint at all just starts.",
+        choices=("auto", "require", "never"),
     )
 
 
@@ -397,6 +409,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return _parser().parse_args(list(argv) if argv is not None else None)
 
 
+def _check_dataset(dataset: str) -> None:
+    """The rule load_recipe applies: one lake folder name, so ``../../x`` cannot reach data
+    outside DATA_ROOT."""
+    from pipeline.datasets.recipes import DatasetNameError, check_dataset_name
+
+    try:
+        check_dataset_name(dataset)
+    except DatasetNameError as exc:
+        raise ConfigError(f"DATASET_NAME / --dataset: {exc}") from None
+
+
+def _check_checkpoint_url(url: str) -> None:
+    """A usable base URL, checked now rather than as a traceback at the first upload; the URL
+    is shown with its credentials masked."""
+    from pipeline.redact import redact_url
+
+    label = "CHECKPOINT_URL / --checkpoint-url"
+    shown = redact_url(url)
+    if not url.startswith(("file://", "s3://")):
+        raise ConfigError(f"{label}: must start with file:// or s3:// (got {shown!r})")
+    if shown != url:
+        raise ConfigError(
+            f"{label}: must not embed credentials (got {shown!r}); set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY instead"
+        )
+    from training.storage import store_for
+
+    try:
+        store_for(url)
+    except ValueError as exc:
+        raise ConfigError(f"{label}: {redact_url(str(exc))}") from None
+
+
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+:-]{0,199}$")
 
 
@@ -418,16 +463,17 @@ def resolve(
     dataset = ns.dataset or env.get("DATASET_NAME", "")
     if not dataset:
         raise ConfigError("DATASET_NAME / --dataset: required (the dataset to train on)")
+    _check_dataset(dataset)
     version = ns.version or env.get("DATASET_VERSION") or "latest"
     checkpoint_url = (ns.checkpoint_url or env.get("CHECKPOINT_URL") or "").rstrip("/")
     if not checkpoint_url:
-        from pipeline.settings import load_settings
+        from pipeline.settings import SettingsError, load_settings
 
-        checkpoint_url = load_settings().checkpoint_url
-    if not checkpoint_url.startswith(("file://", "s3://")):
-        raise ConfigError(
-            f"CHECKPOINT_URL / --checkpoint-url: must start with file:// or s3:// (got {checkpoint_url!r})"
-        )
+        try:
+            checkpoint_url = load_settings().checkpoint_url
+        except SettingsError as exc:
+            raise ConfigError(str(exc)) from None
+    _check_checkpoint_url(checkpoint_url)
     run_id = ns.run_id or env.get("RUN_ID", "")
     if not run_id:
         raise ConfigError(

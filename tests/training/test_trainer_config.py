@@ -130,3 +130,68 @@ def test_laketrain_train_takes_the_same_flags() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert '"epochs": 4' in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["../../../etc", "a/b", "..", ".hidden", "_x"])
+def test_a_dataset_name_outside_the_lake_is_a_config_error(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"DATASET_NAME / --dataset: dataset name"):
+        resolve([], {**BASE, "DATASET_NAME": name})
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("file://etc/x", "names a host"),
+        ("file://localhost", "not absolute"),
+        ("s3://AKIAKEYID:wJalrSECRET@bucket/x", "must not embed credentials"),
+        ("s3://AKIAKEYID@bucket/x", "must not embed credentials"),
+    ],
+)
+def test_a_bad_checkpoint_url_is_a_config_error_without_its_credentials(
+    url: str, needle: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve([], {**BASE, "CHECKPOINT_URL": url})
+    message = str(err.value)
+    assert message.startswith("CHECKPOINT_URL / --checkpoint-url: ") and needle in message
+    assert "wJalrSECRET" not in message and "AKIAKEYID" not in message
+
+
+def test_resume_and_allow_no_val_are_config_fields() -> None:
+    cfg, _, _ = resolve(["--resume", "require"], {**BASE, "TRAIN_ALLOW_NO_VAL": "true"})
+    assert cfg.checkpoint.resume == "require" and cfg.data.allow_no_val is True
+    default, _, _ = resolve([], BASE)
+    assert default.checkpoint.resume == "auto" and default.data.allow_no_val is False
+    with pytest.raises(ConfigError, match="TRAIN_RESUME / resume: must be one of auto, require"):
+        resolve([], {**BASE, "TRAIN_RESUME": "always"})
+
+
+def _trainer(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "training", *args],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_path_escapes_and_url_credentials_exit_2_naming_the_variable() -> None:
+    for env, var in [
+        ({"DATASET_NAME": "../../../etc"}, "DATASET_NAME"),
+        ({"CHECKPOINT_URL": "file://etc/x"}, "CHECKPOINT_URL"),
+        ({"CHECKPOINT_URL": "s3://AKIAKEYID:wJalrSECRET@bucket"}, "CHECKPOINT_URL"),
+    ]:
+        proc = _trainer({**BASE, **env})
+        assert proc.returncode == 2, (env, proc.stderr[-2000:])
+        assert f"error: {var}" in proc.stderr and "Traceback" not in proc.stderr
+        assert "wJalrSECRET" not in proc.stderr + proc.stdout
+
+
+def test_print_config_masks_the_store_password() -> None:
+    env = {**BASE, "METADATA_DB_URL": "postgresql+psycopg://laketrain:hunter2-pw@db:5432/lt"}
+    proc = _trainer(env, "--print-config")
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2-pw" not in proc.stdout + proc.stderr
+    target = __import__("json").loads(proc.stdout)["target"]
+    assert target["metadata_db_url"] == "postgresql+psycopg://laketrain:***@db:5432/lt"
