@@ -59,6 +59,12 @@ Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 Page = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 
 
+def clamp(limit: int, offset: int) -> tuple[int, int]:
+    """Keep a client's paging inside sane bounds (a huge limit would defeat pagination, an
+    offset past 2**63 overflows the database driver)."""
+    return max(1, min(int(limit), MAX_LIMIT)), max(0, min(int(offset), MAX_OFFSET))
+
+
 def limit(default: int) -> object:
     """A ``limit`` query parameter with its default, 1..MAX_LIMIT."""
     return Query(default, ge=1, le=MAX_LIMIT)

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from pipeline.metadata.datasets import DatasetVersion
 from pipeline.metadata.store import MetadataStore
-from pipeline.ui.data import clamp
+from pipeline.ui.params import clamp
 
 _MD5 = re.compile(r"^[0-9a-fA-F]{32}$")
 
