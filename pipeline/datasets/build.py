@@ -336,6 +336,7 @@ def process(
         sample_shape,
     )
     from pipeline.datasets.preprocess.augment import augment
+    from pipeline.datasets.recipes import split_of
 
     if isinstance(shard, dict):
         shard = Shard.from_dict(shard)
@@ -416,7 +417,10 @@ def process(
         start = len(xs)
         labels: list[str | None] = []
         lines: list[int | None] = []
+        splits: list[str] = []  # tables: each row's split ("t"/"v"), by its key
         for sample in result.samples:
+            if sample.key is not None:
+                splits.append(split_of(sample.key, recipe.split.val_fraction)[0])
             rows = [sample.x]
             if copies:
                 rows += [
@@ -446,6 +450,7 @@ def process(
                 "lines": lines if any(v is not None for v in lines) else None,
                 "invalid_rows": [[int(line), reason] for line, reason in result.invalid_rows],
                 "stats": _stats(xs[start:]) if n else None,
+                "splits": "".join(splits) if splits and len(splits) == n else None,
             }
         )
     dtype = sample_dtype(recipe)
@@ -565,7 +570,12 @@ def _record_segment(store: MetadataStore, dataset: str, info: dict) -> None:
                                 if e["invalid_rows"]
                                 else None,
                                 "stats": json.dumps(
-                                    {**(e["stats"] or {}), "per_sample": e.get("per_sample", 1)}
+                                    {
+                                        **(e["stats"] or {}),
+                                        "per_sample": e.get("per_sample", 1),
+                                        # per-row splits (tables), read by commit's _assemble
+                                        **({"splits": e["splits"]} if e.get("splits") else {}),
+                                    }
                                 ),
                                 "created_at": utcnow(),
                             }
@@ -857,16 +867,22 @@ def _assemble(
                 )
             )
             continue
+        # Table rows have a split each, by their row key, unless a group_regex on the path
+        # puts the whole file in its group's split.
+        row_splits = _row_splits(ps) if lines is not None else None
+        if row_splits is not None and recipe.split_key(path, md5) != md5:
+            row_splits = None
         for k in range(ps.n_rows):
             copy = k % per_sample
-            if copy and split == "val":
+            row_split = split if row_splits is None else row_splits[k]
+            if copy and row_split == "val":
                 continue  # augmented copies are for training only
             samples.append(
                 _Sample(
                     path,
                     md5,
                     content_labels[k] if content_labels else path_label,
-                    split,
+                    row_split,
                     ps.segment_id,
                     ps.row + k,
                     size,
@@ -877,6 +893,14 @@ def _assemble(
                 )
             )
     return samples, invalid
+
+
+def _row_splits(ps: _Processed) -> list[str] | None:
+    """The per-row splits process recorded for a table's rows (None: the file's split)."""
+    text = json.loads(ps.stats).get("splits") if ps.stats else None
+    if not text or len(text) != ps.n_rows:
+        return None
+    return ["val" if c == "v" else "train" for c in text]
 
 
 def _version_paths(

@@ -111,12 +111,22 @@ class ArrayShape(_Section):
 
 
 class TableSpec(_Section):
-    """Each row of a CSV / Parquet file is one sample: float32 features + a label."""
+    """Each row of a CSV / Parquet file is one sample: float32 features + a label. Each row
+    gets its own split, by its key: the ``id_column`` value when given (a row without one is
+    invalid), else a hash of its features, so identical rows never straddle the split and a
+    row keeps its split when rows are appended to its file."""
 
     label_column: str = Field("label", min_length=1)
     feature_columns: list[str] | None = Field(
         None,
-        description="Feature columns in order; None = every column but the label, in file order.",
+        description="Feature columns in order; None = every column but the label (and the "
+        "id column), in file order.",
+    )
+    id_column: str | None = Field(
+        None,
+        min_length=1,
+        description="A column naming each row (a record id): the row's split follows it. None "
+        "= the split follows a hash of the row's features.",
     )
 
     @field_validator("feature_columns")
@@ -136,6 +146,13 @@ class TableSpec(_Section):
             raise ValueError(
                 f"feature_columns: must not contain the label column {self.label_column!r}"
             )
+        if self.id_column is not None:
+            if self.id_column == self.label_column:
+                raise ValueError(f"id_column: must not be the label column {self.label_column!r}")
+            if self.feature_columns and self.id_column in self.feature_columns:
+                raise ValueError(
+                    f"feature_columns: must not contain the id column {self.id_column!r}"
+                )
         return self
 
 

@@ -38,6 +38,9 @@ class Decoded:
     x: np.ndarray
     label: str | None = None
     row: int | None = None
+    # Tables: what decides the row's split (its id, or a hash of its features); None = the
+    # file's split rule (md5 or group_regex) decides.
+    key: str | None = None
 
 
 @dataclass(slots=True)

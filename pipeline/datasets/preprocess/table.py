@@ -5,11 +5,18 @@ Whole-file problems (not UTF-8, no header, a missing column) raise InvalidInput.
 row in ``invalid_rows`` with its line number and reason, and the other rows are kept.
 CSV line numbers count the header as line 1; Parquet has no lines, so its rows are numbered
 from 1. Blank CSV lines are skipped.
+
+Each sample carries its row key (``Decoded.key``), which decides its split: ``id:<value>`` of
+the recipe's ``id_column`` (a row without a value is invalid), else ``row:<sha256 of the
+float32 features>``. Neither depends on the file's md5 or the row's position, so a row keeps
+its split when rows are appended to the file, and identical rows never straddle the split
+(under an id column, a row identical to an earlier one of the file takes that row's key).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import math
 from collections.abc import Iterable, Sequence
 
@@ -18,7 +25,8 @@ import numpy as np
 from pipeline.datasets.preprocess.base import Decoded, DecodeResult, InvalidInput
 from pipeline.datasets.recipes import Recipe, TableSpec
 
-CODE_VERSION = "table-1"
+# table-2: row keys (per-row splits), and the id column is never a default feature.
+CODE_VERSION = "table-2"
 
 
 class TablePreprocessor:
@@ -72,13 +80,14 @@ def _parquet_rows(abspath: str) -> tuple[list[str], list[tuple[int, list[object]
 def rows_to_samples(
     header: Sequence[str], rows: Iterable[tuple[int, Sequence[object]]], spec: TableSpec
 ) -> DecodeResult:
-    label_col = spec.label_column
+    label_col, id_col = spec.label_column, spec.id_column
     features = (
         spec.feature_columns
         if spec.feature_columns is not None
-        else [c for c in header if c != label_col]
+        else [c for c in header if c not in (label_col, id_col)]
     )
-    missing = [c for c in [label_col, *features] if c not in header]
+    keys = [label_col] + ([id_col] if id_col is not None else [])
+    missing = [c for c in [*keys, *features] if c not in header]
     if missing:
         raise InvalidInput(
             f"missing column(s) {', '.join(map(repr, missing))} (header: {', '.join(header)})"
@@ -87,8 +96,10 @@ def rows_to_samples(
         raise InvalidInput("no feature columns besides the label column")
     index = {name: i for i, name in enumerate(header)}
     label_i, feat_i = index[label_col], [index[c] for c in features]
+    id_i = index[id_col] if id_col is not None else None
     samples: list[Decoded] = []
     invalid: list[tuple[int, str]] = []
+    key_of_content: dict[bytes, str] = {}  # id mode: the first key of each feature content
     for line, row in rows:
         if len(row) != len(header):
             invalid.append((line, f"line {line}: {len(row)} fields, header has {len(header)}"))
@@ -98,6 +109,12 @@ def rows_to_samples(
         if not label:
             invalid.append((line, f"line {line}: missing label in column {label_col!r}"))
             continue
+        row_id = None
+        if id_i is not None:
+            row_id = "" if row[id_i] is None else str(row[id_i]).strip()
+            if not row_id:
+                invalid.append((line, f"line {line}: missing id in column {id_col!r}"))
+                continue
         x = np.empty(len(feat_i), dtype=np.float32)
         problem = None
         for k, (name, i) in enumerate(zip(features, feat_i, strict=True)):
@@ -117,5 +134,10 @@ def rows_to_samples(
         if problem:
             invalid.append((line, problem))
             continue
-        samples.append(Decoded(x, label=label, row=line))
+        content = hashlib.sha256(x.tobytes()).digest()
+        if row_id is None:
+            key = "row:" + content.hex()
+        else:
+            key = key_of_content.setdefault(content, "id:" + row_id)
+        samples.append(Decoded(x, label=label, row=line, key=key))
     return DecodeResult(samples, invalid)
