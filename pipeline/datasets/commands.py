@@ -18,6 +18,12 @@ def _cli():
     return cli
 
 
+_LATEST_HELP = (
+    "Dataset that 'latest' means (default: the dataset of the other version, "
+    "or the only dataset with versions)."
+)
+
+
 def _known_errors() -> tuple[type[BaseException], ...]:
     from pipeline.datasets.manifest import ManifestError, VersionNotFound
     from pipeline.datasets.recipes import RecipeError
@@ -123,16 +129,23 @@ def versions_cmd(
     """List dataset versions, newest first."""
     from rich.table import Table
 
+    from pipeline.datasets.cli_refs import SHORT_ID, known_datasets, unknown_dataset_message
     from pipeline.datasets.queries import list_versions
+    from pipeline.settings import get_settings
 
     cli = _cli()
     rows = list_versions(dataset, limit=limit, include_deleted=show_all)
+    if dataset is not None and not rows:
+        known = known_datasets(get_settings().lake_dir)
+        if dataset not in known:
+            cli.fail(unknown_dataset_message(dataset, known))
     if as_json:
         cli.print_json(rows)
         return
     from rich import box
 
-    # The tag ends with the short id, so it is the one column people copy: it never wraps.
+    # The short id is the column people copy (show/diff/export take it as a prefix): it never
+    # wraps, and the row fits 80 columns; tags and full ids are in --json and `show`.
     table = Table(
         title=f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""),
         box=box.SIMPLE_HEAD,
@@ -140,40 +153,55 @@ def versions_cmd(
         collapse_padding=True,
         show_edge=False,
     )
-    table.add_column("tag (…_id8)", no_wrap=True)
+    table.add_column("id", no_wrap=True)
+    if dataset is None:
+        table.add_column("dataset", overflow="fold")
     table.add_column("created UTC", no_wrap=True)
     table.add_column("samples", justify="right", no_wrap=True)
     table.add_column("train/val", justify="right", no_wrap=True)
     table.add_column("vs parent", justify="right", no_wrap=True)
     table.add_column("bad", justify="right", no_wrap=True)
     if show_all:  # without --all every row is committed: no column needed
-        table.add_column("status", no_wrap=True)
+        table.add_column("status", no_wrap=True)  # blank = committed, so the row fits 80
     for r in rows:
         cells = [
-            r["tag"],
+            r["version_id"][:SHORT_ID],
+            *([r["dataset"]] if dataset is None else []),
             r["created_at"][5:16].replace("T", " "),
             str(r["samples"]),
             f"{r['train']}/{r['val']}",
-            f"+{r['added']} −{r['removed']} ~{r['changed']}",
+            _compact_diff(r),
             str(r["invalid"]),
         ]
-        table.add_row(*cells, *([r["status"]] if show_all else []))
+        status = "" if r["status"] == "committed" else r["status"]
+        table.add_row(*cells, *([status] if show_all else []))
     cli.console.print(table)
 
 
+def _compact_diff(r: dict) -> str:
+    """``+3 −1 ~2`` with the zero parts left out (``=`` for none): narrow enough for 80 columns."""
+    parts = [
+        f"{sign}{r[key]}"
+        for sign, key in (("+", "added"), ("−", "removed"), ("~", "changed"))
+        if r[key]
+    ]
+    return " ".join(parts) or "="
+
+
 def show_cmd(
-    version: Annotated[str, typer.Argument(help="Id, unique id prefix or tag.")],
-    dataset: Annotated[str | None, typer.Option(help="Dataset (needed for 'latest').")] = None,
+    version: Annotated[str, typer.Argument(help="Id, unique id prefix, tag or 'latest'.")],
+    dataset: Annotated[str | None, typer.Option(help=_LATEST_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Show one version: manifest, class and split counts, invalid files, parent."""
     from rich.table import Table
 
+    from pipeline.datasets.cli_refs import dataset_for_refs
     from pipeline.datasets.queries import get_version
 
     cli = _cli()
     try:
-        v = get_version(version, dataset)
+        v = get_version(version, dataset_for_refs([version], dataset))
     except _known_errors() as exc:
         cli.fail(str(exc))
     if as_json:
@@ -223,17 +251,21 @@ def show_cmd(
 
 
 def diff_cmd(
-    a: Annotated[str, typer.Argument(help="Older version (id, prefix or tag).")],
-    b: Annotated[str, typer.Argument(help="Newer version (id, prefix or tag).")],
+    a: Annotated[str, typer.Argument(help="Older version (id, prefix, tag or 'latest').")],
+    b: Annotated[str, typer.Argument(help="Newer version (id, prefix, tag or 'latest').")],
+    dataset: Annotated[str | None, typer.Option(help=_LATEST_HELP)] = None,
     limit: Annotated[int, typer.Option(help="List at most this many paths per kind.")] = 200,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Samples added, removed and changed from A to B, by lake path and md5."""
+    from pipeline.datasets.cli_refs import dataset_for_refs
     from pipeline.datasets.queries import diff_versions
 
     cli = _cli()
     try:
-        d = diff_versions(a, b, limit=None if as_json else limit)
+        d = diff_versions(
+            a, b, dataset=dataset_for_refs([a, b], dataset), limit=None if as_json else limit
+        )
     except _known_errors() as exc:
         cli.fail(str(exc))
     if as_json:
@@ -258,52 +290,85 @@ def diff_cmd(
 
 def contains_cmd(
     path_or_md5: Annotated[
-        str, typer.Argument(help="A lake path (dataset/...) or a 32-digit md5.")
+        str,
+        typer.Argument(
+            help="A 32-digit md5, or a file: its lake path (digits/3/0042.png), its path in "
+            "the dataset folder with --dataset (3/0042.png), or its path on disk (absolute, "
+            "or relative to here: var/lake/digits/3/0042.png)."
+        ),
     ],
+    dataset: Annotated[
+        str | None, typer.Option(help="Read a relative path as one in this dataset's folder.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Which versions hold a file (by lake path or by md5)."""
+    """Which versions hold a file (by lake path or by md5), or why the lake's file is in none."""
+    from rich import box
     from rich.table import Table
 
-    from pipeline.datasets.queries import versions_containing
+    from pipeline.datasets.cli_refs import SHORT_ID, lake_file_holders
+    from pipeline.settings import get_settings
 
     cli = _cli()
-    rows = versions_containing(path_or_md5)
+    try:
+        found = lake_file_holders(path_or_md5, dataset=dataset, lake_dir=get_settings().lake_dir)
+    except ValueError as exc:
+        cli.fail(str(exc))
+    rows = found.rows
+    rejected = [f"rejected: {r['reason']} ({r['path']}, {r['status']})" for r in found.rejected]
     if as_json:
         cli.print_json(rows)
+        for line in rejected if not rows else []:
+            cli.err_console.print(line, markup=False, highlight=False)
         return
     if not rows:
-        cli.console.print(f"no version contains {path_or_md5}")
+        for line in rejected or [f"no version contains {found.key}"]:
+            cli.console.print(line, markup=False, highlight=False)
         raise typer.Exit(1)
-    table = Table(title=f"{len({r['version_id'] for r in rows})} version(s) contain {path_or_md5}")
-    for col in ("tag", "created", "path", "md5", "label", "split", "index"):
+    by_md5 = len({r["path"] for r in rows}) > 1 or rows[0]["path"] != found.key
+    table = Table(
+        title=f"{len({r['version_id'] for r in rows})} version(s) contain {found.key}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        show_edge=False,
+    )
+    # Short ids and md5s never wrap (full ones: --json); a path folds only when it must.
+    table.add_column("id", no_wrap=True)
+    table.add_column("created UTC", no_wrap=True)
+    table.add_column(
+        "path" if by_md5 else "md5", **({"overflow": "fold"} if by_md5 else {"no_wrap": True})
+    )
+    for col in ("label", "split", "index"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(
-            r["tag"],
-            r["created_at"][:19],
-            r["path"],
-            r["md5"],
+            r["version_id"][:SHORT_ID],
+            r["created_at"][5:16].replace("T", " "),
+            r["path"] if by_md5 else r["md5"][:SHORT_ID],
             str(r["label"]),
             r["split"],
             str(r["index"]),
         )
     cli.console.print(table)
+    for line in rejected:
+        cli.console.print(f"now {line}", markup=False, highlight=False)
 
 
 def export_cmd(
     version: Annotated[str, typer.Argument(help="Id, unique id prefix or tag.")],
     dest: Annotated[Path, typer.Argument(help="A new folder to write.")],
     fmt: Annotated[str, typer.Option("--format", help="npy or zarr.")] = "npy",
-    dataset: Annotated[str | None, typer.Option(help="Dataset (needed for 'latest').")] = None,
+    dataset: Annotated[str | None, typer.Option(help=_LATEST_HELP)] = None,
     split: Annotated[str | None, typer.Option(help="Only 'train' or 'val'.")] = None,
 ) -> None:
     """Write a self-contained copy of a version, readable with plain numpy or zarr."""
+    from pipeline.datasets.cli_refs import dataset_for_refs
     from pipeline.datasets.export import export_version, open_ref
 
     cli = _cli()
     try:
-        reader = open_ref(version, dataset=dataset)
+        reader = open_ref(version, dataset=dataset_for_refs([version], dataset))
         if split:
             reader = reader.split(split)
         summary = export_version(reader, dest, fmt=fmt)
