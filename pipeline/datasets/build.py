@@ -384,6 +384,13 @@ def process(
             return pre.decode(abspath, recipe)
         except InvalidInput as exc:
             return exc
+        except Exception as exc:
+            # Not a verdict on the file (a transient I/O error, a decoder bug, no memory): fail
+            # the shard, naming the file, rather than mark it invalid for good.
+            raise BuildError(
+                f"{f.path}: cannot decode ({type(exc).__name__}: {exc}); nothing of its shard "
+                "was recorded, rerun the build"
+            ) from exc
 
     files = sorted(shard.files, key=lambda f: f.md5)
     with ExitStack() as stack:
@@ -423,10 +430,13 @@ def process(
                 splits.append(split_of(sample.key, recipe.split.val_fraction)[0])
             rows = [sample.x]
             if copies:
-                rows += [
-                    augment(sample.x, md5=f.md5, copy_index=k, ops=recipe.augment.ops)
-                    for k in range(1, copies + 1)
-                ]
+                try:
+                    rows += [
+                        augment(sample.x, md5=f.md5, copy_index=k, ops=recipe.augment.ops)
+                        for k in range(1, copies + 1)
+                    ]
+                except Exception as exc:
+                    raise BuildError(f"{f.path}: cannot augment ({exc})") from exc
             for x in rows:
                 xs.append(x)
                 labels.append(sample.label)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.datasets.errors import BuildError
 from pipeline.datasets.hooks import pause_hook
 
 SEGMENT_FORMAT_VERSION = 1
@@ -146,6 +147,12 @@ def write_segment(
             else:
                 raise
         _fsync_dir(root)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        # A full disk says "No space left on device" without a name: say which segment.
+        raise BuildError(
+            f"{final}: cannot write the segment ({exc.strerror or exc}); nothing was recorded"
+        ) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -158,7 +165,10 @@ def load_written(path: Path) -> WrittenSegment:
 
 
 def read_info(path: Path) -> dict:
-    info = json.loads((Path(path) / INFO_NAME).read_text())
+    try:
+        info = json.loads((Path(path) / INFO_NAME).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"segment {path}: unreadable {INFO_NAME}: {exc}") from exc
     if info.get("format_version") != SEGMENT_FORMAT_VERSION:
         raise ValueError(
             f"segment {path} has format_version {info.get('format_version')!r}; "
