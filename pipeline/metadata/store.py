@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipeline.redact import redact_text, redact_url
@@ -27,10 +27,11 @@ class StoreBusyError(RuntimeError):
     """The store stayed locked by another writer for longer than we were willing to wait."""
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnavailable(SQLAlchemyError):
     """The store cannot be reached, or the connection to it was lost in the middle of a
     command. ``url`` has its password masked and ``detail`` is the driver's first line, so
-    ``str()`` is safe to print. Whatever transaction was open is rolled back by the server."""
+    ``str()`` is safe to print. Whatever transaction was open is rolled back by the server.
+    A SQLAlchemyError, so code that already handles store errors that way keeps doing so."""
 
     def __init__(self, url: str, detail: str) -> None:
         super().__init__(url, detail)  # both in args: it pickles across a worker pool
