@@ -5,11 +5,13 @@ Runs when the lake watcher sees settled changes (asset `laketrain://lake`), and 
 reconcile that catches anything an event missed.
 
 1. **scan** — stat every lake file, hash only new or changed ones into the ledger; the log lists
-   the summary and every refused, unreadable or invalid file.
+   the summary and every refused, unreadable or invalid file. It takes no conf (a run triggered
+   with one fails here, naming the keys).
 2. **plan** — per dataset, the files the ledger has that no processed sample covers yet, in shards.
 3. **process** — one mapped task per shard (runs in parallel); idempotent.
 4. **commit** — one mapped task per dataset: publishes a new version, or nothing when the
-   content did not change; each new version is an asset event on `laketrain://datasets/<name>`
+   content did not change; the process and commit logs name every rejected file (path and
+   reason, the first 50); each new version is an asset event on `laketrain://datasets/<name>`
    with `{dataset, version_id, tag, samples, added, removed}`.
 
 The DAG works from the ledger, never from the event payload: a collapsed, duplicated or missed
@@ -74,9 +76,17 @@ versions = AssetAlias(DATASET_ALIAS)
 )
 def lake_ingest():
     @task
-    def scan() -> list[str]:
+    def scan(**context) -> list[str]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from pipeline.orchestration.refusals import RunRefused, check_conf_keys
         from pipeline.orchestration.tasks import scan_lake
 
+        try:
+            # It reads no conf: a {"dataset": ...} would be ignored without a word.
+            check_conf_keys(context["dag_run"].conf, (), dag_id="lake_ingest")
+        except RunRefused as exc:
+            raise AirflowFailException(str(exc)) from None
         return scan_lake()["datasets"]
 
     @task

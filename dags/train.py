@@ -8,7 +8,8 @@ launcher (`local` process, `docker` container or `kubernetes` pod) and GPUs.
 **By itself**: a new version of a dataset whose recipe sets `auto_train = true` (an asset event
 on `laketrain://datasets/<name>`) starts a run on that version with the form's defaults.
 
-1. **resolve** — the version must exist (the error lists the latest ones when it does not);
+1. **resolve** — the conf has only the form's keys (a typo such as `epoch` fails the run), the
+   version exists (the error lists the latest ones when it does not) and has labels;
 2. **check_leakage** — train and validation must share no sample;
 3. **record_run** — the run, its params and its version go into the metadata store;
 4. **launch** — the trainer runs with the environment contract (`DATASET_*`, `DATA_ROOT`,
@@ -30,7 +31,15 @@ from pipeline.orchestration import dagconfig
 from pipeline.orchestration.env_contract import AMP_MODES, LAUNCHERS, MODELS
 from pipeline.orchestration.tasks import MODEL_ALIAS, dataset_asset_uri
 
-_recipes = dagconfig.recipe_names()
+# The form offers only datasets that can be trained; the others are named in its help text.
+_recipes, _not_offered = dagconfig.trainable_datasets()
+_left_out = (
+    " Not offered: "
+    + ", ".join(f"{n} ({why.split(':', 1)[0]})" for n, why in sorted(_not_offered.items()))
+    + "."
+    if _not_offered
+    else ""
+)
 _auto = [
     Asset(name=dataset_asset_uri(n), uri=dataset_asset_uri(n))
     for n in dagconfig.auto_train_datasets()
@@ -43,13 +52,22 @@ _dataset_param = (
         type="string",
         enum=_recipes,
         title="Dataset",
-        description="The dataset to train on (a lake folder with a recipe in recipes/).",
+        description="The dataset to train on (a lake folder with a recipe in recipes/)."
+        + _left_out,
     )
     if _recipes
     else Param(
-        "", type="string", minLength=1, title="Dataset", description="The dataset to train on."
+        "",
+        type="string",
+        minLength=1,
+        title="Dataset",
+        description="The dataset to train on." + _left_out,
     )
 )
+
+# Ranges are exclusive bounds on purpose: the form's number field clamps to `minimum`/`maximum`
+# when it loses focus (epochs -1 became 1 without a word); it ignores the exclusive ones, so
+# an out-of-range value reaches the validation and is refused with a message naming the field.
 
 params = {
     "dataset": _dataset_param,
@@ -66,16 +84,16 @@ params = {
     "epochs": Param(
         3,
         type="integer",
-        minimum=1,
-        maximum=10_000,
+        exclusiveMinimum=0,
+        exclusiveMaximum=10_001,
         title="Epochs",
         description="Passes over the training split.",
     ),
     "batch_size": Param(
         64,
         type="integer",
-        minimum=1,
-        maximum=65_536,
+        exclusiveMinimum=0,
+        exclusiveMaximum=65_537,
         title="Batch size",
         description="Samples per optimizer step (per GPU).",
     ),
@@ -83,7 +101,7 @@ params = {
         0.01,
         type="number",
         exclusiveMinimum=0,
-        maximum=10,
+        exclusiveMaximum=10,
         title="Learning rate",
         description="Peak learning rate of the schedule.",
     ),
@@ -110,8 +128,8 @@ params = {
     "seed": Param(
         0,
         type="integer",
-        minimum=0,
-        maximum=2**31 - 1,
+        exclusiveMinimum=-1,
+        exclusiveMaximum=2**31,
         title="Seed",
         description="Random seed of initialisation and shuffling.",
     ),
@@ -125,8 +143,8 @@ params = {
     "gpus": Param(
         -1,
         type="integer",
-        minimum=-1,
-        maximum=64,
+        exclusiveMinimum=-2,  # -1 (all GPUs) is a value; -2 is refused, not turned into -1
+        exclusiveMaximum=65,
         title="GPUs",
         description="-1: all GPUs of the machine (one on Kubernetes), 0: CPU only, N: N GPUs.",
     ),
@@ -150,9 +168,13 @@ def train():
 
         from pipeline.orchestration import tasks
         from pipeline.orchestration.env_contract import sanitize_run_id
+        from pipeline.orchestration.refusals import check_conf_keys
 
         versions = tasks.triggering_versions(context.get("triggering_asset_events"))
         try:
+            # Airflow merges unknown conf keys into the params: {"epoch": 2} must not train
+            # with the default epochs.
+            check_conf_keys(context["dag_run"].conf, params, dag_id="train")
             p = tasks.choose_params(context["params"], versions)
             version = tasks.resolve_version(p)
         except tasks.SkipRun as exc:

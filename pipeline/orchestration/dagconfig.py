@@ -57,6 +57,23 @@ def recipe_names() -> list[str]:
     return list_recipes()
 
 
+def trainable_datasets() -> tuple[list[str], dict[str, str]]:
+    """(datasets the train form offers, {dataset left out: why}). Judged from each recipe and
+    the top level of its lake folder (one scandir): an unlabelled dataset (``rule = "none"``,
+    or images directly in its folder) or a recipe that does not load would only fail later,
+    in the trainer or at resolve."""
+    from pipeline.orchestration.refusals import untrainable_reason
+
+    offered, left_out = [], {}
+    for name in recipe_names():
+        reason = untrainable_reason(name)
+        if reason is None:
+            offered.append(name)
+        else:
+            left_out[name] = reason
+    return offered, left_out
+
+
 def auto_train_datasets() -> list[str]:
     """Datasets whose recipe sets ``auto_train``. A broken recipe is left out (and logged):
     it must not stop the train DAG from loading; the ingest reports it by name."""

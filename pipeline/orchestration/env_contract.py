@@ -55,8 +55,13 @@ class TrainParams:
     extra: Mapping[str, str] = field(default_factory=dict)  # more TRAIN_<FIELD> values
 
     def __post_init__(self) -> None:
-        if not self.dataset or "/" in self.dataset:
-            raise ContractError(f"dataset: must be a dataset name, got {self.dataset!r}")
+        from pipeline.datasets.recipes import DatasetNameError, check_dataset_name
+
+        try:
+            # load_recipe's rule: the name becomes DATASET_NAME, a path under DATA_ROOT.
+            check_dataset_name(self.dataset)
+        except DatasetNameError as exc:
+            raise ContractError(f"dataset: {exc}") from None
         if not self.dataset_version:
             raise ContractError("dataset_version: must not be empty")
         checks = [

@@ -88,8 +88,20 @@ def datasets_from_messages(bodies: list[str], lake_prefix: str) -> dict[str, int
                 or parts[-1].endswith(IGNORED_SUFFIXES)
             ):
                 continue
+            if not _is_dataset_name(parts[0]):
+                continue  # "a//b", "_x/...": never a dataset the ingest would build
             out[parts[0]] = out.get(parts[0], 0) + 1
     return out
+
+
+def _is_dataset_name(name: str) -> bool:
+    from pipeline.datasets.recipes import DatasetNameError, check_dataset_name
+
+    try:
+        check_dataset_name(name)
+    except DatasetNameError:
+        return False
+    return True
 
 
 def lake_asset_sqs(

@@ -16,12 +16,15 @@ from typing import Any
 
 from pipeline.orchestration.env_contract import TrainParams
 
+# RunRefused lives with the other refusal rules; the DAG files catch it as tasks.RunRefused.
+from pipeline.orchestration.refusals import RunRefused, check_dataset
+from pipeline.orchestration.rejected import log_files, log_rejected, rejected_ledger_files
+
 log = logging.getLogger("laketrain.orchestration")
 
 LAKE_ASSET_URI = "laketrain://lake"
 DATASET_ALIAS = "laketrain-dataset-versions"
 MODEL_ALIAS = "laketrain-models"
-MAX_LOGGED_FILES = 50
 
 
 def dataset_asset_uri(name: str) -> str:
@@ -44,14 +47,12 @@ def scan_lake() -> dict[str, Any]:
     result = scan()
     summary = result.summary()
     log.info("scan summary: %s", json.dumps(summary, sort_keys=True))
-    for label, items in (("refused", result.refused), ("unreadable", result.unreadable)):
-        for path, reason in items[:MAX_LOGGED_FILES]:
-            log.warning("%s file: %s: %s", label, path, reason)
-        if len(items) > MAX_LOGGED_FILES:
-            log.warning("... and %d more %s files", len(items) - MAX_LOGGED_FILES, label)
+    log_files("refused", result.refused, logger=log)
+    log_files("unreadable", result.unreadable, logger=log)
+    # Files decoded before and found invalid (a file new to this scan is decoded by process,
+    # whose log names it).
     invalid = invalid_ledger_files()
-    for path, error in invalid[:MAX_LOGGED_FILES]:
-        log.warning("invalid file: %s: %s", path, error)
+    log_files("invalid", invalid, logger=log)
     return {"summary": summary, "datasets": ledger_datasets(), "invalid": len(invalid)}
 
 
@@ -64,7 +65,13 @@ def ledger_datasets() -> list[str]:
 
     with open_store().session() as session:
         names = session.scalars(select(LedgerFile.dataset).distinct()).all()
-    return sorted(n for n in names if n)
+    out = []
+    for name in sorted(n for n in names if n):
+        try:
+            out.append(check_dataset(name))
+        except RunRefused as exc:  # never a path to build from; the others still build
+            log.error("not building %r: %s", name, exc)
+    return out
 
 
 def invalid_ledger_files() -> list[tuple[str, str]]:
@@ -103,7 +110,8 @@ def plan_shards(datasets: list[str]) -> list[dict[str, Any]]:
 def process_shard(shard: Mapping[str, Any]) -> dict[str, Any]:
     from pipeline.datasets import build
 
-    ref = build.process(build.Shard.from_dict(dict(shard)))
+    shard_ = build.Shard.from_dict(dict(shard))
+    ref = build.process(shard_)
     log.info(
         "shard of %s: segment %s, %d rows, %d decoded, %d invalid%s",
         ref.dataset,
@@ -113,6 +121,12 @@ def process_shard(shard: Mapping[str, Any]) -> dict[str, Any]:
         ref.invalid,
         " (reused)" if ref.reused else "",
     )
+    if ref.invalid:
+        # Name them: "2 invalid" alone does not say which files, nor why.
+        rows = rejected_ledger_files(
+            ref.dataset, md5s=[f.md5 for f in shard_.files], statuses=("invalid",)
+        )
+        log_rejected(rows, logger=log)
     return ref.to_dict()
 
 
@@ -121,6 +135,8 @@ def commit_dataset(dataset: str, segments: list[Mapping[str, Any]] | None) -> di
     changed. ``segments`` are every processed shard of this run (all datasets)."""
     from pipeline.datasets import build
 
+    # Named here too: a drop of only bad files commits no version, and says so below.
+    log_rejected(rejected_ledger_files(dataset), logger=log)
     mine = [
         build.SegmentRef.from_dict(dict(s))
         for s in segments or ()
@@ -148,10 +164,6 @@ def version_event_extra(version: Mapping[str, Any]) -> dict[str, Any]:
 
 class SkipRun(Exception):
     """The run has nothing to do (e.g. the dataset's recipe does not auto-train)."""
-
-
-class RunRefused(ValueError):
-    """The run cannot succeed as asked (missing version, leakage): fail without retrying."""
 
 
 def skip_if_nothing_to_do(resolved: Mapping[str, Any]) -> None:
@@ -205,6 +217,8 @@ def choose_params(params: Mapping[str, Any], events: list[Mapping[str, Any]] | N
         dataset = extra.get("dataset")
         if not dataset or not extra.get("version_id"):
             raise RunRefused(f"asset event without dataset/version_id: {dict(extra)!r}")
+        # An asset event can be posted over REST with any extra: its name is input too.
+        check_dataset(dataset, field="asset event dataset")
         from pipeline.datasets.recipes import load_recipe
 
         if not load_recipe(dataset).auto_train:
@@ -221,12 +235,14 @@ def choose_params(params: Mapping[str, Any], events: list[Mapping[str, Any]] | N
 
 def resolve_version(params: TrainParams) -> dict[str, Any]:
     """The committed version ``params`` names; RunRefused (naming the dataset and the
-    reference, and what exists) when there is none."""
-    from pipeline.datasets.queries import VersionNotFound, list_versions
-    from pipeline.datasets.queries import resolve_version as resolve
+    reference, and what exists) when there is none, or when it has no labels to train on."""
+    from pipeline.datasets.queries import VersionNotFound, get_version, list_versions
+    from pipeline.orchestration.refusals import recipe_labels_problem, version_label_problem
 
+    if problem := recipe_labels_problem(params.dataset):
+        raise RunRefused(f"dataset {params.dataset!r} cannot be trained: {problem}")
     try:
-        row = resolve(params.dataset_version, dataset=params.dataset)
+        row = get_version(params.dataset_version, dataset=params.dataset)
     except VersionNotFound as exc:
         known = [v["tag"] for v in list_versions(params.dataset, limit=5)]
         hint = (
@@ -235,6 +251,9 @@ def resolve_version(params: TrainParams) -> dict[str, Any]:
             else "; it has no committed version yet"
         )
         raise RunRefused(f"dataset_version: {exc}{hint}") from None
+    if problem := version_label_problem(row):
+        # Refused here, not in the trainer as "train has labels outside 0..-1".
+        raise RunRefused(f"dataset {params.dataset!r} cannot be trained: {problem}")
     return {"dataset": row["dataset"], "version_id": row["version_id"], "tag": row["tag"]}
 
 

@@ -71,6 +71,11 @@ def dag_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "train-missing-version",
             ],
             ["train", {**FAST_TRAIN, "epochs": 0}, "train-bad-conf"],
+            # Over REST this returned 200 and trained with the default 3 epochs.
+            ["train", {**FAST_TRAIN, "epoch": 2}, "train-typo-key"],
+            ["train", {**FAST_TRAIN, "gpus": -2}, "train-gpus-minus-2"],
+            ["train", {**FAST_TRAIN, "dataset": "photos"}, "train-unlabelled"],
+            ["lake_ingest", {"dataset": "../x"}, "ingest-with-conf"],
         ],
     }
     out = subprocess.run(
@@ -190,3 +195,33 @@ def test_train_refuses_a_bad_conf_before_running(dag_runs: dict) -> None:
     assert (
         run["state"] is None and "ParamValidationError" in run["error"] and "epochs" in run["error"]
     )
+
+
+def test_train_with_a_typo_key_fails_at_resolve_listing_the_allowed_keys(dag_runs: dict) -> None:
+    run = dag_runs["by_label"]["train-typo-key"]
+    assert run["state"] == "failed", run["tasks"]
+    assert run["tasks"]["resolve[-1]"] == "failed"
+    assert run["tasks"]["launch[-1]"] == "upstream_failed"
+    log = run["log"] + dag_runs["stderr"]
+    assert "unknown conf key(s) 'epoch' (did you mean 'epochs'?)" in log
+    assert "allowed keys: dataset, dataset_version, epochs, batch_size, lr" in log
+
+
+def test_gpus_minus_two_is_refused_naming_the_field(dag_runs: dict) -> None:
+    run = dag_runs["by_label"]["train-gpus-minus-2"]
+    assert run["state"] is None and "ParamValidationError" in run["error"], run
+    assert "-2" in run["error"] and "gpus" in run["error"]
+
+
+def test_an_unlabelled_dataset_is_not_a_choice_of_the_train_form(dag_runs: dict) -> None:
+    run = dag_runs["by_label"]["train-unlabelled"]
+    assert run["state"] is None and "ParamValidationError" in run["error"], run
+    assert "'photos' is not one of ['digits']" in run["error"]
+
+
+def test_the_ingest_refuses_a_conf_it_would_ignore(dag_runs: dict) -> None:
+    run = dag_runs["by_label"]["ingest-with-conf"]
+    assert run["state"] == "failed", run["tasks"]
+    assert run["tasks"]["scan[-1]"] == "failed"
+    log = run["log"] + dag_runs["stderr"]
+    assert "lake_ingest: unknown conf key(s) 'dataset'" in log

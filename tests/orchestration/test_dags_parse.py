@@ -106,7 +106,10 @@ def test_train_form_has_every_field_documented(tmp_path: Path) -> None:
         assert dag["param_descriptions"][name], name
     from pipeline.datasets.recipes import list_recipes
 
-    assert dag["params"]["dataset"]["enum"] == list_recipes(REPO / "recipes")
+    # photos (unlabelled) cannot be trained: not offered
+    assert dag["params"]["dataset"]["enum"] == [
+        n for n in list_recipes(REPO / "recipes") if n != "photos"
+    ]
     assert dag["params"]["launcher"]["enum"] == ["local", "docker", "kubernetes"]
     assert dag["params"]["model"]["enum"] == ["auto", "resnet", "mlp"]
     assert dag["param_defaults"]["dataset_version"] == "latest"
@@ -138,3 +141,67 @@ def test_the_default_launcher_comes_from_the_deployment(tmp_path: Path) -> None:
     assert dag["dags"]["train"]["param_defaults"]["launcher"] == "docker"
     bad = parse(REPO / "dags" / "train.py", tmp_path, LAKETRAIN_DEFAULT_LAUNCHER="slurm")
     assert "LAKETRAIN_DEFAULT_LAUNCHER='slurm'" in " ".join(bad["import_errors"].values())
+
+
+# The train form's number fields (Chakra/zag NumberInput) clamp the value to the schema's
+# `minimum`/`maximum` when the field loses focus: epochs -1 became 1 and was submitted as 1.
+# The form ignores `exclusiveMinimum`/`exclusiveMaximum`, and Airflow validates them.
+CLAMPED_BY_THE_FORM = ("minimum", "maximum")
+
+
+@pytest.fixture(scope="module")
+def train_params(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The train DAG's param schemas, parsed once for the tests below."""
+    tmp = tmp_path_factory.mktemp("train-params")
+    return parse(REPO / "dags" / "train.py", tmp)["dags"]["train"]["params"]
+
+
+def test_no_number_field_is_clamped_by_the_form(train_params: dict) -> None:
+    for name, schema in train_params.items():
+        if schema.get("type") in ("integer", "number"):
+            assert not set(CLAMPED_BY_THE_FORM) & set(schema), (name, schema)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "ok"),
+    [
+        ("gpus", -1, True),  # all GPUs
+        ("gpus", 0, True),
+        ("gpus", 64, True),
+        ("gpus", -2, False),
+        ("gpus", 65, False),
+        ("epochs", 1, True),
+        ("epochs", -1, False),
+        ("epochs", 0, False),
+        ("epochs", 10_000, True),
+        ("epochs", 10_001, False),
+        ("batch_size", -1, False),
+        ("seed", 0, True),
+        ("seed", -1, False),
+        ("lr", 0.001, True),
+        ("lr", -1, False),
+        ("lr", 0, False),
+    ],
+)
+def test_train_params_accept_minus_one_only_where_it_means_something(
+    train_params: dict, field: str, value: float, ok: bool
+) -> None:
+    import jsonschema
+
+    schema = train_params[field]
+    # What Airflow's Param.resolve runs on a trigger's conf.
+    if ok:
+        jsonschema.validate(value, schema, format_checker=jsonschema.FormatChecker())
+    else:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(value, schema, format_checker=jsonschema.FormatChecker())
+
+
+def test_the_form_offers_only_trainable_datasets_and_says_why(tmp_path: Path) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "digits.toml").write_text('modality = "image"\n')
+    (recipes / "photos.toml").write_text('modality = "image"\n[labels]\nrule = "none"\n')
+    dag = parse(REPO / "dags" / "train.py", tmp_path, RECIPES_DIR=str(recipes))["dags"]["train"]
+    assert dag["params"]["dataset"]["enum"] == ["digits"]
+    assert "Not offered: photos (no labels)." in dag["param_descriptions"]["dataset"]

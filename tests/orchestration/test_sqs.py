@@ -155,6 +155,19 @@ def test_sns_wrapped_and_url_encoded_records() -> None:
     ) == {"my set": 1}
 
 
+def test_keys_whose_first_folder_is_not_a_dataset_name_are_ignored() -> None:
+    def event(key: str) -> dict:
+        return {
+            "eventName": "ObjectCreated:Put",
+            "s3": {"bucket": {"name": "b"}, "object": {"key": key}},
+        }
+
+    body = json.dumps(
+        {"Records": [event("p//x.png"), event("p/_tmp/x.png"), event("p/digits/3/x.png")]}
+    )
+    assert datasets_from_messages([body], "s3://b/p") == {"digits": 1}
+
+
 def test_serialize_round_trips_and_bad_arguments_name_the_field() -> None:
     trig = SqsLakeTrigger(queue_url="https://sqs/q", lake_prefix="s3://b/p", wait_time_seconds=5)
     path, kwargs = trig.serialize()
