@@ -32,8 +32,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from pipeline.orchestration.follow import Follower
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 HOST = "127.0.0.1"
@@ -516,83 +519,6 @@ class DevStack:
         self.stop()
 
 
-# ------------------------------------------------------------------------------- following along
-
-
-class Follower:
-    """Prints what happens: new runs and their state changes, new versions, finished runs."""
-
-    def __init__(
-        self, api: Api, env: Mapping[str, str], log: Callable[[str], None] = print
-    ) -> None:
-        self.api, self.env, self.log = api, env, log
-        self.seen: dict[tuple[str, str], str] = {}
-
-    def poll(self) -> None:
-        for dag_id in ("lake_ingest", "train"):
-            for run in reversed(self.api.dag_runs(dag_id, limit=10)):
-                key = (dag_id, run["dag_run_id"])
-                state = run.get("state")
-                if self.seen.get(key) == state:
-                    continue
-                self.seen[key] = state
-                how = {
-                    "asset_triggered": "by an asset event",
-                    "scheduled": "on schedule",
-                    "manual": "by hand",
-                    "operator_triggered": "by another run",
-                }.get(run.get("run_type", ""), run.get("run_type", ""))
-                self.log(f"  {dag_id:<11} {run['dag_run_id']}  ({how}): {state}")
-                if state == "success" and dag_id == "lake_ingest":
-                    self._print_versions()
-                if state in ("success", "failed") and dag_id == "train":
-                    self._print_run(run)
-
-    def _with_env(self, fn: Callable[[], Any]) -> Any:
-        saved = dict(os.environ)
-        os.environ.update({k: v for k, v in self.env.items() if not k.startswith("AIRFLOW")})
-        try:
-            from pipeline.settings import get_settings
-
-            get_settings.cache_clear()
-            return fn()
-        except Exception as exc:  # following along must never stop the stack
-            return exc
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-
-    def _print_versions(self) -> None:
-        def latest() -> list[dict]:
-            from pipeline.datasets.queries import list_versions
-
-            return list_versions(limit=3)
-
-        rows = self._with_env(latest)
-        if isinstance(rows, list):
-            for v in rows:
-                self.log(
-                    f"      version {v.get('tag')}: {v.get('samples')} samples (+{v.get('added')} -{v.get('removed')})"
-                )
-
-    def _print_run(self, run: dict) -> None:
-        from pipeline.orchestration.env_contract import sanitize_run_id
-
-        run_id = sanitize_run_id("train", run["dag_run_id"])
-
-        def get() -> dict | None:
-            from pipeline.runs import get_run
-
-            return get_run(run_id)
-
-        row = self._with_env(get)
-        if isinstance(row, dict):
-            self.log(
-                f"      run {run_id}: {row.get('status')}, {row.get('metric_name')}={row.get('best_metric')}, "
-                f"checkpoint {row.get('checkpoint_url')}"
-            )
-
-
 # ------------------------------------------------------------------------------- commands
 
 
@@ -614,6 +540,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         (cfg.home / PID_FILE).unlink(missing_ok=True)  # type: ignore[operator]
     stack = DevStack(cfg)
     stop_event = threading.Event()
+    since = datetime.now(UTC)  # versions older than this `make run` are not news
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop_event.set()
@@ -632,7 +559,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("  Ctrl-C (or `make stop`) stops everything.")
         print()
         print("following along: the watcher fires, lake_ingest builds versions, train runs on them")
-        follower = Follower(stack.api, stack.env)
+        follower = Follower(stack.api, stack.env, since=since)
         while not stop_event.is_set():
             for p in stack.procs:
                 if p.popen.poll() is not None:
