@@ -117,3 +117,13 @@ def test_laketrain_scan_files_and_build_succeed_next_to_a_bad_name(store, lt_env
     out = _cli(lt_env, db_url, "files", "--json", "--path", os.fsdecode(b"pics/cat/" + BAD))
     assert out.returncode == 0, out.stderr
     assert [r["status"] for r in json.loads(out.stdout)] == ["refused"]
+
+
+def test_a_hashing_error_of_any_kind_is_that_files_verdict_naming_it():
+    """Not only OSError: whatever one file raises (here a NUL byte in its path) becomes that
+    file's `unreadable` reason instead of stopping the scan with no file named."""
+    from pipeline.lake.hashing import _hash_one
+
+    res = _hash_one(("pics/cat/odd.png", "/nonexistent/odd\x00.png"))
+    assert res.path == "pics/cat/odd.png" and res.md5 is None
+    assert res.error is not None and "ValueError" in res.error
