@@ -418,6 +418,8 @@ def gc_cmd(
         c.print(f"  leftover {rel}", highlight=False)
     for vid in plan.kept_for_runs:
         c.print(f"  kept {vid[:12]}: used by a training run", highlight=False)
+    if plan.kept_for_builds:
+        c.print(f"  kept {len(plan.kept_for_builds)} segment(s): leased by a build in flight")
     if not plan.applied:
         c.print("dry run: add --apply to delete")
 
