@@ -1262,7 +1262,8 @@ def run_build(
         if scan_first:
             from pipeline.lake.scan import scan
 
-            report.scan = scan(settings.lake_dir, dataset=dataset, store=store).summary()
+            # wait=False: a scan of the lake in progress is a busy lock too (ScanBusyError).
+            report.scan = scan(settings.lake_dir, dataset=dataset, store=store, wait=wait).summary()
         report.seconds["scan"] = time.perf_counter() - clock
         clock = time.perf_counter()
         shards = plan(dataset, store=store, max_files=max_files, max_bytes=max_bytes)

@@ -58,6 +58,7 @@ def build_cmd(
 
     from pipeline.datasets.build import BuildError, run_build
     from pipeline.datasets.buildlock import BuildBusyError
+    from pipeline.lake.scan import ScanBusyError
 
     cli = _cli()
     show_bar = cli.console.is_terminal and not as_json
@@ -85,7 +86,7 @@ def build_cmd(
                     message, markup=False, highlight=False
                 ),
             )
-    except BuildBusyError as exc:
+    except (BuildBusyError, ScanBusyError) as exc:
         cli.fail(str(exc), code=3)  # like `laketrain scan --no-wait`
     except BuildError as exc:
         cli.fail(str(exc), code=1)

@@ -132,3 +132,24 @@ def test_a_build_that_finds_the_lock_taken_names_the_holder_and_honours_no_wait(
             if p is not None and p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(30)
+
+
+def test_no_wait_also_fails_at_once_when_a_scan_of_the_lake_is_running(store, home):
+    from pipeline.metadata.ledger import LakeLock
+    from pipeline.metadata.locks import ensure_lock_row, take_lock_row
+
+    image_lake(home, per_class=1)
+    lake_key = os.path.realpath(home / "lake")
+    ensure_lock_row(store, LakeLock, lake_key)
+    with store.session() as session:
+        take_lock_row(session, LakeLock, lake_key)  # a scan holds the lake until we return
+        busy = subprocess.run(
+            [*BUILD, "--no-wait"],
+            env={**os.environ, "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    assert busy.returncode == 3, busy.stderr
+    assert "another scan of the lake" in busy.stderr
