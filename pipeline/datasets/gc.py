@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delete_processed_for_segments
 from pipeline.datasets.head import kept_heads
-from pipeline.datasets.leases import leased_segments
+from pipeline.datasets.leases import leased_segments, prune_expired
 from pipeline.datasets.segments import clean_stale_temps, segments_guard
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import (
@@ -250,4 +250,5 @@ def _apply(
     for rel in plan.leftovers:
         shutil.rmtree(data_root / rel, ignore_errors=True)
     clean_stale_temps(data_root)
+    prune_expired(data_root)  # leases of builds that died long ago
     return plan

@@ -142,6 +142,16 @@ def release(paths: Iterable[Path]) -> None:
             pass
 
 
+def prune_expired(data_root: Path, *, grace: float = LEASE_SECONDS) -> list[Path]:
+    """Remove leases expired more than ``grace`` ago (their builds died, or their dataset
+    never committed again): gc calls this, so they do not pile up for ever. Within the grace
+    an expired lease still serves commit's check."""
+    now = time.time()
+    old = [lease.path for lease in read_leases(data_root) if lease.expires_at + grace < now]
+    release(old)
+    return old
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

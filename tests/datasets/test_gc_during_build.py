@@ -136,3 +136,20 @@ def test_a_commit_whose_counted_on_rows_were_deleted_fails_loudly_and_the_rerun_
     report = run_build("pets", workers=1, store=store)
     assert report.decoded == len(z)
     assert report.version is not None and _z_in_head(store) == len(z)
+
+
+def test_gc_prunes_leases_long_expired_and_keeps_the_others(store, home):
+    import time
+
+    from pipeline.datasets.gc import collect
+    from pipeline.datasets.leases import LEASE_SECONDS, read_leases, take_lease
+
+    data_root = home / "data"
+    live = take_lease(data_root, "pets", "rh", ["s1"], kind="plan")
+    recent = take_lease(data_root, "pets", "rh", ["s2"], kind="plan")
+    old = take_lease(data_root, "pets", "rh", ["s3"], kind="plan")
+    for path, expired_at in ((recent, time.time() - 60), (old, time.time() - 3 * LEASE_SECONDS)):
+        body = json.loads(path.read_text())
+        path.write_text(json.dumps({**body, "expires_at": expired_at}))
+    collect(keep_last=1, min_age_s=0, apply=True, store=store)
+    assert {lease.path for lease in read_leases(data_root, "pets")} == {live, recent}
