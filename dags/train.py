@@ -87,7 +87,7 @@ params = {
         exclusiveMinimum=0,
         exclusiveMaximum=10_001,
         title="Epochs",
-        description="Passes over the training split.",
+        description="Passes over the training split: 1 to 10,000.",
     ),
     "batch_size": Param(
         64,
@@ -95,7 +95,7 @@ params = {
         exclusiveMinimum=0,
         exclusiveMaximum=65_537,
         title="Batch size",
-        description="Samples per optimizer step (per GPU).",
+        description="Samples per optimizer step (per GPU): 1 to 65,536.",
     ),
     "lr": Param(
         0.01,
@@ -103,7 +103,7 @@ params = {
         exclusiveMinimum=0,
         exclusiveMaximum=10,
         title="Learning rate",
-        description="Peak learning rate of the schedule.",
+        description="Peak learning rate of the schedule: above 0, below 10.",
     ),
     "amp": Param(
         "auto",
@@ -131,7 +131,7 @@ params = {
         exclusiveMinimum=-1,
         exclusiveMaximum=2**31,
         title="Seed",
-        description="Random seed of initialisation and shuffling.",
+        description="Random seed of initialisation and shuffling: 0 to 2147483647.",
     ),
     "launcher": Param(
         dagconfig.default_launcher(),
@@ -146,7 +146,9 @@ params = {
         exclusiveMinimum=-2,  # -1 (all GPUs) is a value; -2 is refused, not turned into -1
         exclusiveMaximum=65,
         title="GPUs",
-        description="-1: all GPUs of the machine (one on Kubernetes), 0: CPU only, N: N GPUs.",
+        description=(
+            "-1: all GPUs of the machine (one on Kubernetes), 0: CPU only, N: N GPUs (up to 64)."
+        ),
     ),
 }
 
