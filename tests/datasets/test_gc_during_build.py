@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,7 @@ def test_a_commit_whose_counted_on_rows_were_deleted_fails_loudly_and_the_rerun_
         # lasts): gc may now take the segment.
         for lease in (home / "data" / "segments" / ".leases" / "pets").glob("*.json"):
             body = json.loads(lease.read_text())
-            lease.write_text(json.dumps({**body, "expires_at": 0}))
+            lease.write_text(json.dumps({**body, "expires_at": time.time() - 1}))
         plan = collect(keep_last=1, min_age_s=0, apply=True, store=store)
         assert z_segment in {s["segment_id"] for s in plan.segments}
         rc, out, err = _resume(proc, resume)
@@ -139,8 +140,6 @@ def test_a_commit_whose_counted_on_rows_were_deleted_fails_loudly_and_the_rerun_
 
 
 def test_gc_prunes_leases_long_expired_and_keeps_the_others(store, home):
-    import time
-
     from pipeline.datasets.gc import collect
     from pipeline.datasets.leases import LEASE_SECONDS, read_leases, take_lease
 
