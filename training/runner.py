@@ -13,19 +13,18 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from pipeline.redact import redact_text
+from pipeline.settings import SettingsError
 from training.config import ConfigError, RunTarget, TrainConfig
 from training.distributed import (
     DistInfo,
     barrier,
-    broadcast_object,
-    gather_objects,
     init_distributed,
     shutdown,
 )
@@ -43,20 +42,33 @@ from training.guards import (
     refuse_leakage,
 )
 from training.loop import SignalFlag, StopRequested, Trainer, resolve_device, result_summary
+from training.recorder import RunRecorder
+from training.resume import RunEvents, resume_state
+from training.runtime import RaiseOnTerm, TermSignal
+from training.workdir import make_run_dir, remove_stale_run_dirs
 
 log = logging.getLogger("training")
 
 
+class RedactingFormatter(logging.Formatter):
+    """Every log line, tracebacks included, with URL credentials masked (a store error may
+    quote METADATA_DB_URL whole)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def setup_logging(rank: int) -> None:
     level = logging.INFO if rank == 0 else logging.WARNING
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format=f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
-        if rank
-        else "%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        RedactingFormatter(
+            f"%(asctime)s %(levelname)s [rank {rank}] %(name)s: %(message)s"
+            if rank
+            else "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     )
+    logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
 def open_reader(target: RunTarget, version: str | None = None) -> Any:
@@ -67,70 +79,6 @@ def open_reader(target: RunTarget, version: str | None = None) -> Any:
         return open_version(target.dataset, version or target.version, data_root=target.data_root)
     except (LookupError, FileNotFoundError) as exc:
         raise DataCheckError(f"dataset version: {exc}") from exc
-
-
-class RunRecorder:
-    """Run and checkpoint rows in the metadata store (only with METADATA_DB_URL, only rank 0).
-    A store that is down must not kill a GPU run: failures are logged, training goes on."""
-
-    def __init__(self, target: RunTarget, enabled: bool) -> None:
-        self.target = target
-        self.enabled = enabled and bool(target.metadata_db_url)
-        self.started = False
-
-    def _call(self, fn_name: str, *args: Any, **kwargs: Any) -> None:
-        if not self.enabled:
-            return
-        try:
-            import pipeline.runs as runs
-
-            getattr(runs, fn_name)(*args, **kwargs)
-        except Exception:
-            log.exception("metadata store: %s failed (training continues)", fn_name)
-
-    def started_run(self, version_id: str, params: dict[str, Any]) -> None:
-        self._call(
-            "record_run_started",
-            self.target.run_id,
-            self.target.dataset,
-            version_id,
-            params,
-            dag_id=os.environ.get("AIRFLOW_CTX_DAG_ID"),
-            dag_run_id=os.environ.get("AIRFLOW_CTX_DAG_RUN_ID"),
-            launcher=os.environ.get("LAKETRAIN_LAUNCHER", "python -m training"),
-        )
-        self.started = True
-
-    def checkpoint(
-        self, step: int, epoch: int, url: str, metric: float | None, is_best: bool
-    ) -> None:
-        self._call(
-            "record_checkpoint",
-            self.target.run_id,
-            step,
-            epoch,
-            url,
-            metric=metric,
-            is_best=is_best,
-        )
-
-    def checkpoint_deleted(self, step: int, url: str) -> None:
-        self._call("record_checkpoint_deleted", self.target.run_id, step)
-
-    def finished(self, status: str, **kwargs: Any) -> None:
-        if self.started:
-            self._call("record_run_finished", self.target.run_id, status, **kwargs)
-
-
-def _agree_on_state(manager: Any, dist: DistInfo) -> dict[str, Any] | None:
-    """Every rank loads the newest valid checkpoint itself (no big broadcast); if the ranks
-    disagree on which (storage changed underneath), all take rank 0's."""
-    state = manager.load_latest()
-    steps = gather_objects(None if state is None else int(state["step"]), dist)
-    if len(set(steps)) > 1:
-        log.warning("ranks found different newest checkpoints %s; using rank 0's", steps)
-        state = broadcast_object(state, dist)
-    return state
 
 
 def run(cfg: TrainConfig, target: RunTarget) -> int:
@@ -161,12 +109,18 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
         get_settings.cache_clear()
 
     recorder = RunRecorder(target, dist.is_main)
-    work = Path(tempfile.mkdtemp(prefix="laketrain-run-"))
+    events = RunEvents()
     manager: Any = None
     trainer: Trainer | None = None
     status, error, code = "failed", None, EXIT_FAILED
     fit = None
+    term = RaiseOnTerm().install()
+    work: Path | None = None
     try:
+        # Folders of trainers killed outright on this machine; then this run's own, removed
+        # in the finally below (SIGTERM included, see RaiseOnTerm).
+        remove_stale_run_dirs()
+        work = make_run_dir()
         try:
             manager = CheckpointManager(
                 target.checkpoint_url,
@@ -185,7 +139,7 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
             )
             # The manager first: even a refused version leaves a result.json for the launcher.
             reader = open_reader(target)
-            state = _agree_on_state(manager, dist)
+            state = resume_state(cfg, manager, dist, events)
             if state is not None:
                 saved = (state.get("dataset") or {}).get("version_id")
                 if saved and saved != reader.version_id:
@@ -205,6 +159,7 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                     f"dataset version {reader.version_id}: needs a non-empty train split and at least 2 classes "
                     f"(train {len(train_r)} samples, classes {list(reader.classes)})"
                 )
+            _check_val_split(reader, len(val_r), cfg, events)
             dataset_info = {
                 "name": reader.dataset,
                 "version_id": reader.version_id,
@@ -265,6 +220,7 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                 trainer.total_steps,
             )
             recorder.started_run(reader.version_id, {**cfg.flat(), "world_size": dist.world_size})
+            recorder.events(events)
             flag = SignalFlag().install()
             trainer.stop_flag = flag
             try:
@@ -272,23 +228,43 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
             finally:
                 flag.uninstall()
             status, code = "succeeded", EXIT_OK
-        except ConfigError as exc:
+        except (ConfigError, SettingsError) as exc:
             error, code = str(exc), EXIT_CONFIG
         except DataCheckError as exc:
             error, code = str(exc), EXIT_DATA
-        except StopRequested as exc:
+        except (StopRequested, TermSignal) as exc:
             status, error, code = "preempted", str(exc), EXIT_PREEMPTED
         except NonFiniteLossError as exc:
             error, code = str(exc), EXIT_FAILED
         except Exception as exc:
             error, code = f"{type(exc).__name__}: {exc}", EXIT_FAILED
             log.error("%s", traceback.format_exc())
+        term.armed = False  # the outputs below are short: let them be written
         if error:
+            error = redact_text(error)
             log.error("%s", error) if code != EXIT_PREEMPTED else log.warning("%s", error)
-        code = _finish(manager, trainer, recorder, work, status, error, code, fit, dist)
+        code = _finish(manager, trainer, recorder, work, status, error, code, fit, dist, events)
         return code
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        term.uninstall()
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _check_val_split(reader: Any, n_val: int, cfg: TrainConfig, events: RunEvents) -> None:
+    """An empty val split trains a model nobody measured (best_metric null, no best
+    checkpoint): refused unless TRAIN_ALLOW_NO_VAL=true."""
+    if n_val:
+        return
+    what = f"dataset version {reader.version_id} ({reader.tag}) has an empty val split"
+    if not cfg.data.allow_no_val:
+        raise DataCheckError(
+            f"{what}: no val metric and no best checkpoint would come out of this run. Give "
+            f"the dataset a val split (recipes/{reader.dataset}.toml: [split] val_fraction > 0, "
+            "or more samples), build a new version and train on it, or set "
+            "TRAIN_ALLOW_NO_VAL=true to train without validation"
+        )
+    events.warning(f"{what}; training without validation (TRAIN_ALLOW_NO_VAL=true)")
 
 
 def _metric_back(metric: float | None, cfg: TrainConfig) -> float | None:
@@ -335,6 +311,7 @@ def _finish(
     code: int,
     fit: Any,
     dist: DistInfo,
+    events: RunEvents,
 ) -> int:
     """Outputs and the result, whatever happened. A checkpoint upload error turns a success
     into a failure: a run whose checkpoints are not safe has not finished."""
@@ -392,6 +369,7 @@ def _finish(
             "error": error,
             "exit_code": code,
             "findings": findings,
+            "events": list(events.items),
         }
         if trainer is not None:
             result["final_val"] = dict(trainer.last_val)
@@ -401,6 +379,7 @@ def _finish(
         except Exception:
             log.exception("writing result.json failed")
             code = code or EXIT_FAILED
+        recorder.events(events)
         recorder.finished(
             status,
             best_metric=summary["best_metric"],

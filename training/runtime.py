@@ -44,6 +44,38 @@ class SignalFlag:
             self._previous = None
 
 
+class TermSignal(BaseException):
+    """SIGTERM outside the training loop (exit code 75, like StopRequested). A BaseException on
+    purpose: library code that wraps any Exception (botocore turns one raised inside its HTTP
+    call into an HTTPClientError) must not turn the stop into an ordinary failure."""
+
+
+class RaiseOnTerm:
+    """Outside the training loop a SIGTERM has no step to finish: while armed it raises
+    TermSignal at once, so the run unwinds (its temp folder removed, result.json written)
+    instead of dying where it stands. Disarmed while the run writes its outputs: those are
+    short, and the orchestrator's kill after its grace period still ends the process."""
+
+    def __init__(self) -> None:
+        self.armed = True
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.armed:
+            self.armed = False  # one exception; a second SIGTERM must not hit the cleanup
+            raise TermSignal("stopped by SIGTERM outside the training loop (setting up or loading)")
+        log.warning("SIGTERM received while writing the run's outputs: finishing them first")
+
+    def install(self) -> RaiseOnTerm:
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
 def resolve_device(kind: str, local_rank: int = 0) -> torch.device:
     if kind == "cuda" or (kind == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():

@@ -18,7 +18,8 @@ connect and a read timeout, and a failed call is retried a bounded number of tim
 WARNING line per retry (``retrying <url> (attempt n/N): <error>``; botocore's own retries are
 silent, so they are off). Then it raises :class:`StorageError` naming the URL. The bounds are
 laketrain's, not boto3's: ``LAKETRAIN_S3_CONNECT_TIMEOUT`` (seconds, default 10),
-``LAKETRAIN_S3_READ_TIMEOUT`` (seconds, default 60) and ``LAKETRAIN_S3_ATTEMPTS`` (default 3).
+``LAKETRAIN_S3_READ_TIMEOUT`` (seconds, default 60) and ``LAKETRAIN_S3_ATTEMPTS`` (default
+boto3's ``AWS_MAX_ATTEMPTS``, else 3).
 """
 
 from __future__ import annotations
@@ -256,7 +257,10 @@ class S3Limits:
         return cls(
             connect_timeout=number("LAKETRAIN_S3_CONNECT_TIMEOUT", d.connect_timeout, float, 0.01),
             read_timeout=number("LAKETRAIN_S3_READ_TIMEOUT", d.read_timeout, float, 0.01),
-            attempts=number("LAKETRAIN_S3_ATTEMPTS", d.attempts, int, 1),
+            # boto3's own knob counts too, so a deployment that set it keeps its meaning.
+            attempts=number(
+                "LAKETRAIN_S3_ATTEMPTS", number("AWS_MAX_ATTEMPTS", d.attempts, int, 1), int, 1
+            ),
         )
 
 

@@ -5,6 +5,7 @@
   fresh, empty bucket for this test. The server process is shared by the session (it takes
   seconds to start); every test gets its own bucket, so tests never see each other's objects.
 - ``start_moto`` (a plain function) starts a PRIVATE server, for tests that kill it.
+- ``SilentServer``: a TCP server that accepts and never answers, i.e. a hung S3 endpoint.
 
 Other areas reuse these: ``from tests.training.conftest import MotoS3, start_moto`` or move
 the fixture up a level.
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -133,6 +135,38 @@ class MotoS3:
         return name
 
 
+class SilentServer:
+    """A real TCP server on loopback that accepts every connection and never answers: what a
+    hung S3 endpoint looks like to boto3. Counts the connections it was offered."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections: list[Any] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(conn)  # held open, never read from or written to
+
+    def close(self) -> None:
+        # shutdown first: a bare close leaves the socket listening under the blocked accept().
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        for conn in self.connections:
+            conn.close()
+
+
 @pytest.fixture(scope="session")
 def _moto_process() -> Iterator[MotoProcess]:
     server = start_moto()
@@ -171,6 +205,7 @@ __all__ = [
     "TEST_SECRET_ACCESS_KEY",
     "MotoProcess",
     "MotoS3",
+    "SilentServer",
     "set_aws_env",
     "start_moto",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.training.conftest import TEST_SECRET_ACCESS_KEY
+from tests.training.conftest import TEST_SECRET_ACCESS_KEY, SilentServer, set_aws_env
 from training import storage
 from training.storage import (
     LocalStore,
@@ -188,40 +188,8 @@ def test_credentials_never_reach_logs_or_output(
         assert TEST_SECRET_ACCESS_KEY not in text
 
 
-class SilentServer:
-    """A real TCP server on loopback that accepts every connection and never answers: what a
-    hung S3 endpoint looks like to boto3. Counts the connections it was offered."""
-
-    def __init__(self) -> None:
-        import socket
-        import threading
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.connections: list[Any] = []
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections.append(conn)  # held open, never read from or written to
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self.connections:
-            conn.close()
-
-
 @pytest.fixture
 def silent_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[SilentServer]:
-    from tests.training.conftest import set_aws_env
-
     server = SilentServer()
     set_aws_env(monkeypatch, server.endpoint, tmp_path)
     monkeypatch.setenv("LAKETRAIN_S3_CONNECT_TIMEOUT", "0.5")
