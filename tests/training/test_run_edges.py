@@ -56,7 +56,7 @@ def test_every_checkpoint_unusable_is_refused_under_require_and_an_error_event_u
 
     ckpt, run_id = tmp_path / "objects", "edge-unusable"
     env = {**base_env(digits, ckpt, run_id, **FAST), "METADATA_DB_URL": _store_url(digits)}
-    first = run_trainer(env)
+    first = run_trainer({**env, "TRAIN_RESUME": "require"})  # a first attempt just starts
     assert first.returncode == 0, first.stderr[-3000:]
     assert read_result(ckpt, run_id)["events"] == []  # a fresh run is normal: no event
     assert "none is usable" not in first.stderr and "WARNING: every" not in first.stderr
