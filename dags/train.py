@@ -240,6 +240,7 @@ def train():
         from airflow.sdk.exceptions import AirflowFailException
 
         from pipeline.orchestration import tasks
+        from pipeline.orchestration.results import record_finished
 
         ti = context["ti"]
         resolved = ti.xcom_pull(task_ids="resolve")
@@ -251,7 +252,7 @@ def train():
             raise AirflowFailException("the run did not start: see the failed task before launch")
         code = ti.xcom_pull(task_ids="launch")
         failed = None if code == 0 else "the trainer did not finish: see the launch task's log"
-        outcome = tasks.record_finished(resolved["run_id"], launch_failed=failed)
+        outcome = record_finished(resolved["run_id"], launch_failed=failed)
         if outcome["status"] != "succeeded":
             raise AirflowFailException(f"training run {resolved['run_id']} {outcome['status']}")
         uri = tasks.model_asset_uri(resolved["dataset"])

@@ -67,6 +67,13 @@ def rejected_ledger_files(
     return sorted(out)
 
 
+def invalid_ledger_files() -> list[tuple[str, str]]:
+    """(path, reason) of every present file the build found invalid, in path order."""
+    from pipeline.metadata.ledger import STATUS_INVALID
+
+    return [(p, r) for p, _, r in rejected_ledger_files(statuses=(STATUS_INVALID,))]
+
+
 def log_rejected(rows: Sequence[tuple[str, str, str]], *, logger: logging.Logger = log) -> None:
     """``log_files`` per status (invalid, refused, unreadable), each list capped on its own."""
     by_status: dict[str, list[tuple[str, str]]] = {}

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from pipeline.orchestration.env_contract import TrainParams
 
 # RunRefused lives with the other refusal rules; the DAG files catch it as tasks.RunRefused.
 from pipeline.orchestration.refusals import RunRefused, check_dataset
-from pipeline.orchestration.rejected import log_files, log_rejected, rejected_ledger_files
+from pipeline.orchestration.rejected import (
+    invalid_ledger_files,
+    log_files,
+    log_rejected,
+    rejected_ledger_files,
+)
 
 log = logging.getLogger("laketrain.orchestration")
 
@@ -72,21 +75,6 @@ def ledger_datasets() -> list[str]:
         except RunRefused as exc:  # never a path to build from; the others still build
             log.error("not building %r: %s", name, exc)
     return out
-
-
-def invalid_ledger_files() -> list[tuple[str, str]]:
-    from sqlalchemy import select
-
-    from pipeline.metadata.ledger import STATUS_INVALID, LedgerFile
-    from pipeline.metadata.store import open_store
-
-    with open_store().session() as session:
-        rows = session.execute(
-            select(LedgerFile.path, LedgerFile.error)
-            .where(LedgerFile.status == STATUS_INVALID, LedgerFile.deleted_at.is_(None))
-            .order_by(LedgerFile.path)
-        ).all()
-    return [(p, e or "") for p, e in rows]
 
 
 def plan_shards(datasets: list[str]) -> list[dict[str, Any]]:
@@ -365,77 +353,3 @@ def launch(params: TrainParams, *, run_id: str, version_id: str, context: Any = 
 def _emit(line: str) -> None:
     # print, not log: the task log keeps the trainer's lines verbatim, one per line.
     print(line, flush=True)
-
-
-def result_url(run_id: str) -> str:
-    from pipeline.settings import get_settings
-
-    return f"{get_settings().checkpoint_url.rstrip('/')}/{run_id}/result.json"
-
-
-@contextmanager
-def _aws_env(aws_conn_id: str = "aws_default") -> Iterator[None]:
-    """boto3 reads its own AWS_* variables: put the connection's into this (task) process for
-    the duration of one read, and take them out again."""
-    from pipeline.orchestration.env_contract import aws_credentials
-
-    creds = aws_credentials(aws_conn_id)
-    saved = {k: os.environ.get(k) for k in creds}
-    os.environ.update(creds)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def read_result(run_id: str) -> dict[str, Any] | None:
-    """The trainer's ``CHECKPOINT_URL/<RUN_ID>/result.json``, or None when it wrote none."""
-    from training.storage import store_for
-
-    url = result_url(run_id)
-    with _aws_env():
-        try:
-            data = store_for(url).read_bytes(url)
-        except FileNotFoundError:
-            return None
-    return json.loads(data)
-
-
-def record_finished(run_id: str, *, launch_failed: str | None) -> dict[str, Any]:
-    """Record the run's outcome from result.json (status, best metric, checkpoint URL)."""
-    from pipeline.runs import record_run_finished
-
-    result = read_result(run_id) or {}
-    status = result.get("status") or ("failed" if launch_failed else "succeeded")
-    if launch_failed and status == "succeeded":
-        status = "failed"
-    if status not in ("succeeded", "failed", "preempted"):
-        status = "failed"
-    row = record_run_finished(
-        run_id,
-        status,
-        best_metric=result.get("best_metric"),
-        metric_name=result.get("metric_name"),
-        checkpoint_url=result.get("checkpoint_url"),
-        # the trainer's own words ("batch_size: 64 ... lower the batch size") beat ours
-        error=(result.get("error") or launch_failed) if status != "succeeded" else None,
-    )
-    log.info(
-        "run %s finished: %s, %s=%s, checkpoint %s",
-        run_id,
-        status,
-        row.get("metric_name"),
-        row.get("best_metric"),
-        row.get("checkpoint_url"),
-    )
-    return {
-        "run_id": run_id,
-        "status": status,
-        "best_metric": row.get("best_metric"),
-        "metric_name": row.get("metric_name"),
-        "checkpoint_url": row.get("checkpoint_url"),
-    }

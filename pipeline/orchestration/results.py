@@ -1,0 +1,87 @@
+"""The trainer's outcome, read back by the train DAG's record_result task: the
+``CHECKPOINT_URL/<RUN_ID>/result.json`` any launcher's trainer writes, recorded on the run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger("laketrain.orchestration")
+
+
+def result_url(run_id: str) -> str:
+    from pipeline.settings import get_settings
+
+    return f"{get_settings().checkpoint_url.rstrip('/')}/{run_id}/result.json"
+
+
+@contextmanager
+def _aws_env(aws_conn_id: str = "aws_default") -> Iterator[None]:
+    """boto3 reads its own AWS_* variables: put the connection's into this (task) process for
+    the duration of one read, and take them out again."""
+    from pipeline.orchestration.env_contract import aws_credentials
+
+    creds = aws_credentials(aws_conn_id)
+    saved = {k: os.environ.get(k) for k in creds}
+    os.environ.update(creds)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def read_result(run_id: str) -> dict[str, Any] | None:
+    """The trainer's ``CHECKPOINT_URL/<RUN_ID>/result.json``, or None when it wrote none."""
+    from training.storage import store_for
+
+    url = result_url(run_id)
+    with _aws_env():
+        try:
+            data = store_for(url).read_bytes(url)
+        except FileNotFoundError:
+            return None
+    return json.loads(data)
+
+
+def record_finished(run_id: str, *, launch_failed: str | None) -> dict[str, Any]:
+    """Record the run's outcome from result.json (status, best metric, checkpoint URL)."""
+    from pipeline.runs import record_run_finished
+
+    result = read_result(run_id) or {}
+    status = result.get("status") or ("failed" if launch_failed else "succeeded")
+    if launch_failed and status == "succeeded":
+        status = "failed"
+    if status not in ("succeeded", "failed", "preempted"):
+        status = "failed"
+    row = record_run_finished(
+        run_id,
+        status,
+        best_metric=result.get("best_metric"),
+        metric_name=result.get("metric_name"),
+        checkpoint_url=result.get("checkpoint_url"),
+        # the trainer's own words ("batch_size: 64 ... lower the batch size") beat ours
+        error=(result.get("error") or launch_failed) if status != "succeeded" else None,
+    )
+    log.info(
+        "run %s finished: %s, %s=%s, checkpoint %s",
+        run_id,
+        status,
+        row.get("metric_name"),
+        row.get("best_metric"),
+        row.get("checkpoint_url"),
+    )
+    return {
+        "run_id": run_id,
+        "status": status,
+        "best_metric": row.get("best_metric"),
+        "metric_name": row.get("metric_name"),
+        "checkpoint_url": row.get("checkpoint_url"),
+    }
