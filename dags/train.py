@@ -3,7 +3,9 @@
 
 **From the UI**: *Trigger DAG* opens a form — dataset and version (`latest`, a tag, an id or a
 unique id prefix), epochs, batch size, learning rate, AMP, gradient checkpointing, model, seed,
-launcher (`local` process, `docker` container or `kubernetes` pod) and GPUs.
+launcher (`local` process, `docker` container or `kubernetes` pod) and GPUs; for your own
+trainer, an image, a command, extra environment variables and Kubernetes CPU/memory requests
+(the contract a trainer honours: docs/trainer-contract.md).
 
 **By itself**: a new version of a dataset whose recipe sets `auto_train = true` (an asset event
 on `laketrain://datasets/<name>`) starts a run on that version with the form's defaults.
@@ -28,8 +30,10 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import Asset, AssetAlias, AssetAny, Metadata, Param, dag, task
 
 from pipeline.orchestration import dagconfig
-from pipeline.orchestration.env_contract import AMP_MODES, LAUNCHERS, MODELS
+from pipeline.orchestration.env_contract import LAUNCHERS
+from pipeline.orchestration.launchers import TRAINER_COMMAND
 from pipeline.orchestration.tasks import MODEL_ALIAS, dataset_asset_uri
+from training.params import FIELDS as TRAIN_FIELDS
 
 # The form offers only datasets that can be trained; the others are named in its help text.
 _recipes, _not_offered = dagconfig.trainable_datasets()
@@ -65,9 +69,12 @@ _dataset_param = (
     )
 )
 
-# Ranges are exclusive bounds on purpose: the form's number field clamps to `minimum`/`maximum`
-# when it loses focus (epochs -1 became 1 without a word); it ignores the exclusive ones, so
-# an out-of-range value reaches the validation and is refused with a message naming the field.
+# The training fields (epochs ... seed) are declared once, in training/params.py: their
+# defaults, ranges, choices, titles and help come from there, as the trainer's config does.
+# Ranges are exclusive bounds on purpose (TrainField.json_schema): the form's number field
+# clamps to `minimum`/`maximum` when it loses focus (epochs -1 became 1 without a word); it
+# ignores the exclusive ones, so an out-of-range value reaches the validation and is refused
+# with a message naming the field.
 
 params = {
     "dataset": _dataset_param,
@@ -81,58 +88,7 @@ params = {
             " prefix. Copy one from the Datasets page (in the nav) or `laketrain versions`."
         ),
     ),
-    "epochs": Param(
-        3,
-        type="integer",
-        exclusiveMinimum=0,
-        exclusiveMaximum=10_001,
-        title="Epochs",
-        description="Passes over the training split: 1 to 10,000.",
-    ),
-    "batch_size": Param(
-        64,
-        type="integer",
-        exclusiveMinimum=0,
-        exclusiveMaximum=65_537,
-        title="Batch size",
-        description="Samples per optimizer step (per GPU): 1 to 65,536.",
-    ),
-    "lr": Param(
-        0.01,
-        type="number",
-        exclusiveMinimum=0,
-        exclusiveMaximum=10,
-        title="Learning rate",
-        description="Peak learning rate of the schedule: above 0, below 10.",
-    ),
-    "amp": Param(
-        "auto",
-        type="string",
-        enum=list(AMP_MODES),
-        title="Mixed precision",
-        description="auto: bf16 where the GPU supports it, else fp16; off on CPU.",
-    ),
-    "grad_checkpointing": Param(
-        False,
-        type="boolean",
-        title="Gradient checkpointing",
-        description="Trade compute for memory: recompute activations in the backward pass.",
-    ),
-    "model": Param(
-        "auto",
-        type="string",
-        enum=list(MODELS),
-        title="Model",
-        description="auto picks from the data: a ResNet for images, an MLP for tables.",
-    ),
-    "seed": Param(
-        0,
-        type="integer",
-        exclusiveMinimum=-1,
-        exclusiveMaximum=2**31,
-        title="Seed",
-        description="Random seed of initialisation and shuffling: 0 to 2147483647.",
-    ),
+    **{f.name: Param(f.default, **f.json_schema()) for f in TRAIN_FIELDS},
     "launcher": Param(
         dagconfig.default_launcher(),
         type="string",
@@ -149,6 +105,53 @@ params = {
         description=(
             "-1: all GPUs of the machine (one on Kubernetes), 0: CPU only, N: N GPUs (up to 64)."
         ),
+    ),
+    # Bring your own trainer: any image or command that honours the environment contract
+    # (docs/trainer-contract.md). Their checks run at resolve, which says what is wrong; the
+    # form's own error would only say "Bad Request".
+    "image": Param(
+        dagconfig.trainer_image(),
+        type="string",
+        title="Image",
+        description=(
+            "docker and kubernetes launchers: the container image to run (default"
+            " LAKETRAIN_TRAINER_IMAGE, the built-in trainer's image). Ignored by local."
+        ),
+    ),
+    "command": Param(
+        " ".join(TRAINER_COMMAND),
+        type="string",
+        minLength=1,
+        title="Command",
+        description=(
+            "What to run, as shell words (no shell: no pipes or $VARS). Default: the built-in"
+            " trainer. local: runs in the worker's environment from the project root, a leading"
+            " `python` is the worker's Python (e.g. python examples/custom_trainer/train.py);"
+            " docker/kubernetes: replaces the image's entrypoint."
+        ),
+    ),
+    "env": Param(
+        {},
+        type="object",
+        title="Extra environment",
+        description=(
+            'A JSON object of more variables for the run, e.g. {"MY_WARMUP": "100"}. Names'
+            " [A-Z_][A-Z0-9_]*, at most 64; AWS_*, DATASET_*, DATA_ROOT, RUN_ID, CHECKPOINT_URL,"
+            " METADATA_DB_URL and the TRAIN_ variables of the fields above cannot be set here."
+            " Not for secrets: the values are stored with the run's parameters."
+        ),
+    ),
+    "cpu": Param(
+        "",
+        type="string",
+        title="CPU request (Kubernetes)",
+        description="CPUs the pod requests besides its GPUs, e.g. 4 or 500m; empty: none.",
+    ),
+    "memory": Param(
+        "",
+        type="string",
+        title="Memory request (Kubernetes)",
+        description="Memory the pod requests, e.g. 16Gi or 512Mi; empty: none.",
     ),
 }
 
@@ -226,13 +229,17 @@ def train():
         from pipeline.orchestration.launchers import exit_outcome
 
         tasks.skip_if_nothing_to_do(resolved)
-        code = tasks.launch(
-            TrainParams.from_mapping(resolved["params"]),
-            run_id=resolved["run_id"],
-            version_id=resolved["version_id"],
-            context=context,
-        )
-        exit_outcome(code)  # raises: retry on 75/1, fail at once on 2/3
+        p = TrainParams.from_mapping(resolved["params"])
+        try:
+            code = tasks.launch(
+                p, run_id=resolved["run_id"], version_id=resolved["version_id"], context=context
+            )
+        except Exception as exc:  # a container operator's failure: its words go on the run
+            context["ti"].xcom_push(key="exit", value=tasks.exit_report(p, None, str(exc)))
+            raise
+        # record_result reads it when the command wrote no result.json (or was not found).
+        context["ti"].xcom_push(key="exit", value=tasks.exit_report(p, code))
+        exit_outcome(code)  # raises: retry on 75/1, fail at once on 2/3/126/127
         return code
 
     @task(outlets=[models], trigger_rule="all_done")
@@ -252,7 +259,11 @@ def train():
             raise AirflowFailException("the run did not start: see the failed task before launch")
         code = ti.xcom_pull(task_ids="launch")
         failed = None if code == 0 else "the trainer did not finish: see the launch task's log"
-        outcome = record_finished(resolved["run_id"], launch_failed=failed)
+        outcome = record_finished(
+            resolved["run_id"],
+            launch_failed=failed,
+            exit_report=ti.xcom_pull(task_ids="launch", key="exit"),
+        )
         if outcome["status"] != "succeeded":
             raise AirflowFailException(f"training run {resolved['run_id']} {outcome['status']}")
         uri = tasks.model_asset_uri(resolved["dataset"])

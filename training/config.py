@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.params import BY_NAME
+
 ENV_PREFIX = "TRAIN_"
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
@@ -41,9 +43,27 @@ def _f(
     )
 
 
+def _shared(name: str) -> Any:
+    """A field the launchers set too: default, help, choices and bounds from training/params.py
+    (declared there once, for the form, the env contract and this config)."""
+    p = BY_NAME[name]
+    return field(
+        default=p.default,
+        metadata={
+            "help": p.help,
+            "choices": p.choices,
+            "lo": p.ge,
+            "hi": p.le,
+            "gt": p.gt,
+            "lt": p.lt,
+            "shared": True,
+        },
+    )
+
+
 @dataclass
 class DataConfig:
-    batch_size: int = _f(64, "Samples per training step (per process under torchrun).", lo=1)
+    batch_size: int = _shared("batch_size")
     eval_batch_size: int = _f(256, "Samples per evaluation batch.", lo=1)
     num_workers: int = _f(
         0,
@@ -69,11 +89,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    model: str = _f(
-        "auto",
-        "Architecture: auto (resnet for images, mlp otherwise), resnet, resnet50, mlp.",
-        choices=("auto", "resnet", "resnet50", "mlp"),
-    )
+    model: str = _shared("model")
     width: int = _f(
         32,
         "ResNet: channels of the first stage (doubled per stage); MLP: hidden units.",
@@ -94,7 +110,7 @@ class ModelConfig:
 @dataclass
 class OptimConfig:
     optimizer: str = _f("adamw", "adamw, or sgd with momentum.", choices=("adamw", "sgd"))
-    lr: float = _f(3e-3, "Peak learning rate (after warmup).", lo=0.0)
+    lr: float = _shared("lr")
     weight_decay: float = _f(
         0.01, "Decoupled weight decay; never applied to norm weights or biases.", lo=0.0
     )
@@ -125,19 +141,13 @@ class LossConfig:
 
 @dataclass
 class RuntimeConfig:
-    epochs: int = _f(10, "Passes over the train split.", lo=1)
-    seed: int = _f(0, "Seeds init, shuffling, augmentation and dropout.", lo=0)
+    epochs: int = _shared("epochs")
+    seed: int = _shared("seed")
     device: str = _f(
         "auto", "auto (cuda when available), cpu or cuda.", choices=("auto", "cpu", "cuda")
     )
-    amp: str = _f(
-        "auto",
-        "Mixed precision: auto (bf16 where supported, fp16+GradScaler on older GPUs, off on CPU), fp16, bf16, off.",
-        choices=("auto", "fp16", "bf16", "off"),
-    )
-    grad_checkpointing: bool = _f(
-        False, "Recompute residual blocks in backward instead of storing their activations."
-    )
+    amp: str = _shared("amp")
+    grad_checkpointing: bool = _shared("grad_checkpointing")
     checkpoint_segments: int = _f(0, "Gradient-checkpoint segments; 0 = ceil(blocks / 4).", lo=0)
     channels_last: str = _f(
         "auto",
@@ -304,6 +314,11 @@ def _coerce(name: str, f: dataclasses.Field, raw: Any, source: str) -> Any:
         raise ConfigError(f"{label}: must be >= {lo} (got {raw!r})")
     if hi is not None and value > hi:
         raise ConfigError(f"{label}: must be <= {hi} (got {raw!r})")
+    gt, lt = meta.get("gt"), meta.get("lt")
+    if gt is not None and value <= gt:
+        raise ConfigError(f"{label}: must be > {gt} (got {raw!r})")
+    if lt is not None and value >= lt:
+        raise ConfigError(f"{label}: must be < {lt} (got {raw!r})")
     return value
 
 

@@ -50,6 +50,13 @@ def default_launcher() -> str:
     return value
 
 
+def trainer_image() -> str:
+    """The train form's default image: ``LAKETRAIN_TRAINER_IMAGE`` (the built-in trainer's)."""
+    from pipeline.orchestration.launchers import LauncherConfig
+
+    return LauncherConfig.from_env().trainer_image
+
+
 def recipe_names() -> list[str]:
     """Datasets with a recipe file (the train form's dataset choices)."""
     from pipeline.datasets.recipes import list_recipes

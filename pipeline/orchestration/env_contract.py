@@ -18,6 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+# The training fields, their defaults and choices are declared once in training/params.py
+# (stdlib only): the form, this contract and the trainer's config derive from it. AMP_MODES
+# and MODELS are re-exported for the callers that name them here.
+from training.params import AMP_MODES, FIELDS, MODELS  # noqa: F401
+
 log = logging.getLogger(__name__)
 
 # boto3 reads these itself; the secret ones never go into a rendered field or a log line.
@@ -28,9 +33,17 @@ AWS_SECRET_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TO
 # decode text, and nothing of the caller's environment besides.
 BASIC_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 
-AMP_MODES = ("auto", "fp16", "bf16", "off")
-MODELS = ("auto", "resnet", "mlp")
 LAUNCHERS = ("local", "docker", "kubernetes")
+
+# A run's extra environment (the form's `env`) may add variables, never replace the contract.
+ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+RESERVED_ENV_NAMES = ("DATA_ROOT", "RUN_ID", "CHECKPOINT_URL", "METADATA_DB_URL")
+RESERVED_ENV_PREFIXES = ("AWS_", "DATASET_")
+MAX_ENV_ENTRIES = 64
+# Kubernetes resource quantities: 2, 0.5, 500m (CPU); 512Mi, 16Gi, 1G (memory).
+QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+
+_D = {f.name: f.default for f in FIELDS}
 
 
 class ContractError(ValueError):
@@ -39,19 +52,31 @@ class ContractError(ValueError):
 
 @dataclass(frozen=True)
 class TrainParams:
-    """The training parameters a run is launched with (the train DAG's form, resolved)."""
+    """The parameters a run is launched with (the train DAG's form, resolved).
+
+    The training fields (epochs ... seed) take their defaults and checks from
+    ``training.params.FIELDS``; the rest say what runs where: ``launcher``, ``gpus``, and for a
+    user's own trainer ``image`` (docker/kubernetes; empty = ``LAKETRAIN_TRAINER_IMAGE``),
+    ``command`` (empty = the built-in trainer), ``env`` (extra variables) and the Kubernetes
+    ``cpu``/``memory`` requests (empty = none).
+    """
 
     dataset: str
     dataset_version: str
-    epochs: int = 3
-    batch_size: int = 64
-    lr: float = 0.01
-    amp: str = "auto"
-    grad_checkpointing: bool = False
-    model: str = "auto"
-    seed: int = 0
+    epochs: int = _D["epochs"]
+    batch_size: int = _D["batch_size"]
+    lr: float = _D["lr"]
+    amp: str = _D["amp"]
+    grad_checkpointing: bool = _D["grad_checkpointing"]
+    model: str = _D["model"]
+    seed: int = _D["seed"]
     launcher: str = "local"
     gpus: int = -1  # -1: all GPUs of the machine, 0: CPU only, N: N GPUs
+    image: str = ""
+    command: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    cpu: str = ""
+    memory: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)  # more TRAIN_<FIELD> values
 
     def __post_init__(self) -> None:
@@ -64,18 +89,26 @@ class TrainParams:
             raise ContractError(f"dataset: {exc}") from None
         if not self.dataset_version:
             raise ContractError("dataset_version: must not be empty")
+        for f in FIELDS:
+            if why := f.problem(getattr(self, f.name)):
+                raise ContractError(f"{f.name}: {why}, got {getattr(self, f.name)!r}")
         checks = [
-            ("epochs", self.epochs >= 1, "must be >= 1"),
-            ("batch_size", self.batch_size >= 1, "must be >= 1"),
-            ("lr", self.lr > 0, "must be > 0"),
-            ("amp", self.amp in AMP_MODES, f"must be one of {', '.join(AMP_MODES)}"),
-            ("model", self.model in MODELS, f"must be one of {', '.join(MODELS)}"),
             ("launcher", self.launcher in LAUNCHERS, f"must be one of {', '.join(LAUNCHERS)}"),
             ("gpus", self.gpus >= -1, "must be >= -1 (-1 = all GPUs, 0 = CPU only)"),
+            ("image", not re.search(r"\s", self.image), "must not contain white space"),
+            ("cpu", not self.cpu or QUANTITY_RE.fullmatch(self.cpu), "must be like 2, 0.5 or 500m"),
+            (
+                "memory",
+                not self.memory or QUANTITY_RE.fullmatch(self.memory),
+                "must be like 512Mi, 16Gi or 2G",
+            ),
         ]
         for name, ok, why in checks:
             if not ok:
                 raise ContractError(f"{name}: {why}, got {getattr(self, name)!r}")
+        if self.command:
+            command_argv(self.command)  # unbalanced quotes are refused here, not at launch
+        check_user_env(self.env)
         for key in self.extra:
             if not re.fullmatch(r"[A-Z][A-Z0-9_]*", key):
                 raise ContractError(
@@ -86,62 +119,131 @@ class TrainParams:
     def from_mapping(cls, data: Mapping[str, Any]) -> TrainParams:
         """From the DAG params (JSON): coerce types, refuse unknown values with the field name."""
 
-        def num(name: str, kind: type, default: Any) -> Any:
+        def coerce(name: str, kind: type, default: Any) -> Any:
             value = data.get(name, default)
+            if value is None:
+                value = default
+            if kind is bool:
+                if isinstance(value, str):
+                    return value.strip().lower() in ("1", "true", "yes", "on")
+                return bool(value)
+            if kind is str:
+                return str(value)
             try:
-                if kind is int and isinstance(value, float) and not value.is_integer():
+                if isinstance(value, bool) or (
+                    kind is int and isinstance(value, float) and not value.is_integer()
+                ):
                     raise ValueError
                 return kind(value)
             except (TypeError, ValueError):
                 raise ContractError(f"{name}: expected {kind.__name__}, got {value!r}") from None
 
-        grad = data.get("grad_checkpointing", False)
-        if isinstance(grad, str):
-            grad = grad.strip().lower() in ("1", "true", "yes", "on")
         return cls(
             dataset=str(data.get("dataset") or ""),
             dataset_version=str(data.get("dataset_version") or "latest"),
-            epochs=num("epochs", int, cls.epochs),
-            batch_size=num("batch_size", int, cls.batch_size),
-            lr=num("lr", float, cls.lr),
-            amp=str(data.get("amp", cls.amp)),
-            grad_checkpointing=bool(grad),
-            model=str(data.get("model", cls.model)),
-            seed=num("seed", int, cls.seed),
-            launcher=str(data.get("launcher", cls.launcher)),
-            gpus=num("gpus", int, cls.gpus),
+            **{f.name: coerce(f.name, f.kind, f.default) for f in FIELDS},
+            launcher=coerce("launcher", str, cls.launcher),
+            gpus=coerce("gpus", int, cls.gpus),
+            image=coerce("image", str, "").strip(),
+            command=coerce("command", str, "").strip(),
+            env=parse_user_env(data.get("env")),
+            cpu=coerce("cpu", str, "").strip(),
+            memory=coerce("memory", str, "").strip(),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
             "dataset_version": self.dataset_version,
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "lr": self.lr,
-            "amp": self.amp,
-            "grad_checkpointing": self.grad_checkpointing,
-            "model": self.model,
-            "seed": self.seed,
+            **{f.name: getattr(self, f.name) for f in FIELDS},
             "launcher": self.launcher,
             "gpus": self.gpus,
+            "image": self.image,
+            "command": self.command,
+            "env": dict(self.env),
+            "cpu": self.cpu,
+            "memory": self.memory,
         }
 
     def train_vars(self) -> dict[str, str]:
         """``TRAIN_<FIELD>`` variables (strings, as an environment holds them)."""
-        out = {
-            "TRAIN_EPOCHS": str(self.epochs),
-            "TRAIN_BATCH_SIZE": str(self.batch_size),
-            "TRAIN_LR": repr(float(self.lr)),
-            "TRAIN_AMP": self.amp,
-            "TRAIN_GRAD_CHECKPOINTING": "true" if self.grad_checkpointing else "false",
-            "TRAIN_MODEL": self.model,
-            "TRAIN_SEED": str(self.seed),
-            # No GPU asked for: stay on the CPU even on a GPU host; else let the trainer pick.
-            "TRAIN_DEVICE": "cpu" if self.gpus == 0 else "auto",
-        }
+        out = {f.env_name: f.to_env(getattr(self, f.name)) for f in FIELDS}
+        # No GPU asked for: stay on the CPU even on a GPU host; else let the trainer pick.
+        out["TRAIN_DEVICE"] = "cpu" if self.gpus == 0 else "auto"
         out.update({f"TRAIN_{k}": str(v) for k, v in self.extra.items()})
         return out
+
+
+def command_argv(command: str) -> list[str]:
+    """A command line as an argv (POSIX shell words, no shell runs it); ContractError names the
+    field when it cannot be split."""
+    import shlex
+
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ContractError(f"command: {exc} in {command!r}") from None
+    if not argv:
+        raise ContractError("command: empty (leave it out for the built-in trainer)")
+    return argv
+
+
+def _contract_names() -> set[str]:
+    # The TRAIN_ variables a launcher sets from the form's fields: set them there instead.
+    return {f.env_name for f in FIELDS} | {"TRAIN_DEVICE"}
+
+
+def check_user_env(env: Mapping[str, Any]) -> None:
+    """The form's ``env``: names like ``[A-Z_][A-Z0-9_]*``, none of the contract's, at most 64."""
+    if len(env) > MAX_ENV_ENTRIES:
+        raise ContractError(f"env: at most {MAX_ENV_ENTRIES} variables, got {len(env)}")
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
+            raise ContractError(
+                f"env: variable names must match [A-Z_][A-Z0-9_]* (upper case), got {name!r}"
+            )
+        if name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES):
+            raise ContractError(
+                f"env: {name} is part of the environment contract and cannot be overridden "
+                "(AWS_*, DATASET_*, DATA_ROOT, RUN_ID, CHECKPOINT_URL, METADATA_DB_URL)"
+            )
+        if name in _contract_names():
+            field_name = name.removeprefix("TRAIN_").lower()
+            hint = "gpus" if name == "TRAIN_DEVICE" else field_name
+            raise ContractError(f"env: {name} is set from the form's {hint!r} field; set it there")
+        if not isinstance(value, str):
+            raise ContractError(f"env: {name} must be a string, got {value!r}")
+        if "\0" in value:
+            raise ContractError(f"env: {name} must not contain a NUL character")
+
+
+def parse_user_env(raw: Any) -> dict[str, str]:
+    """The form's ``env`` (a JSON object, or its text) as name → string. Numbers and booleans
+    become their JSON text; anything else is refused naming the variable."""
+    import json
+
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise ContractError(f"env: not a JSON object ({exc})") from None
+    if not isinstance(raw, Mapping):
+        raise ContractError(f"env: must be a JSON object of NAME: value, got {raw!r}")
+    out: dict[str, str] = {}
+    for name, value in raw.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int | float):
+            value = json.dumps(value)
+        elif not isinstance(value, str):
+            raise ContractError(
+                f"env: {name} must be a string, number or boolean, got {type(value).__name__}"
+            )
+        out[str(name)] = value
+    check_user_env(out)
+    return out
 
 
 @dataclass(frozen=True)
@@ -242,6 +344,8 @@ def build_trainer_env(
         )
         (secret if has_password else public)["METADATA_DB_URL"] = metadata_db_url
     public.update(params.train_vars())
+    # The run's own variables: check_user_env has refused every name set above but the basics.
+    public.update(params.env)
     for key, value in (aws or {}).items():
         if key in AWS_SECRET_VARS:
             secret[key] = value

@@ -99,8 +99,13 @@ def test_train_form_has_every_field_documented(tmp_path: Path) -> None:
         "seed",
         "launcher",
         "gpus",
+        "image",
+        "command",
+        "env",
+        "cpu",
+        "memory",
     ]
-    assert sorted(dag["params"]) == sorted(expected)
+    assert list(dag["params"]) == expected
     for name, schema in dag["params"].items():
         assert schema.get("title"), name
         assert dag["param_descriptions"][name], name
@@ -111,7 +116,13 @@ def test_train_form_has_every_field_documented(tmp_path: Path) -> None:
         n for n in list_recipes(REPO / "recipes") if n != "photos"
     ]
     assert dag["params"]["launcher"]["enum"] == ["local", "docker", "kubernetes"]
-    assert dag["params"]["model"]["enum"] == ["auto", "resnet", "mlp"]
+    # the form once lacked resnet50, which the trainer has (one declaration: training/params.py)
+    assert dag["params"]["model"]["enum"] == ["auto", "resnet", "resnet50", "mlp"]
+    assert dag["param_defaults"]["lr"] == 0.003
+    assert dag["param_defaults"]["command"] == "python -m training"
+    assert dag["param_defaults"]["image"] == "laketrain-trainer:latest"
+    assert dag["param_defaults"]["env"] == {}
+    assert dag["params"]["env"]["type"] == "object"
     assert dag["param_defaults"]["dataset_version"] == "latest"
     assert dag["param_defaults"]["launcher"] == "local"
 

@@ -109,7 +109,7 @@ def test_laketrain_train_takes_the_same_flags() -> None:
         timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
-    assert "--lr / lr: must be >= 0.0" in proc.stderr
+    assert "--lr / lr: must be > 0.0" in proc.stderr
     proc = subprocess.run(
         [
             str(exe),
