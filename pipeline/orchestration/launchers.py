@@ -27,17 +27,26 @@ from urllib.parse import urlsplit
 
 from pipeline.orchestration.env_contract import TrainerEnv
 
+# The exit codes and their meaning for the task live with the user-command helpers;
+# re-exported here, where the launcher tests and the DAG have always found them.
+from pipeline.orchestration.usercode import (  # noqa: F401
+    EXIT_BAD_CONFIG,
+    EXIT_DATA_REFUSED,
+    EXIT_FAILED,
+    EXIT_NOT_EXECUTABLE,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_TEMPFAIL,
+    TrainerExit,
+    exit_outcome,
+    not_found_message,
+)
+
 log = logging.getLogger(__name__)
 
 CONTAINER_DATA_ROOT = "/data"
 CONTAINER_CHECKPOINTS = "/checkpoints"
 TRAINER_COMMAND = ["python", "-m", "training"]
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_CONFIG = 2
-EXIT_DATA_REFUSED = 3
-EXIT_TEMPFAIL = 75  # stopped by SIGTERM after a checkpoint: a retry resumes
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,8 @@ class LocalTrainer:
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        """Start the process; OSError when the command cannot be started (not found: the
+        caller turns that into exit 127, as a shell would)."""
         self.proc = subprocess.Popen(
             self.argv,
             env=self.env.merged(),
@@ -186,10 +197,19 @@ def run_local(
     if in_main:
         previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        trainer.start()
+        try:
+            trainer.start()
+        except FileNotFoundError:
+            emit(f"error: command not found: {trainer.argv[0]!r} (exit 127)")
+            return EXIT_NOT_FOUND
+        except PermissionError:
+            emit(f"error: command cannot be executed: {trainer.argv[0]!r} (exit 126)")
+            return EXIT_NOT_EXECUTABLE
         if on_started:
             on_started(trainer)
         code = trainer.stream(emit)
+        if message := not_found_message(trainer.argv, code):
+            emit(f"error: {message}")
         if trainer.killed_by:
             # Output ends when the leader exits; let the reaper finish the group.
             trainer.wait_stopped(timeout=grace_seconds + 5)
@@ -253,9 +273,12 @@ def docker_kwargs(
     checkpoint_url: str,
     config: LauncherConfig,
     task_id: str = "train_docker",
+    image: str = "",
+    command: list[str] | None = None,
 ) -> dict[str, Any]:
     """The DockerOperator's arguments: data mounted read-only, GPUs by device request, the
-    secrets in ``private_environment`` (not rendered, not logged)."""
+    secrets in ``private_environment`` (not rendered, not logged). ``image`` (default the
+    trainer image) and ``command`` (default the built-in trainer) run a user's own trainer."""
     from docker.types import DeviceRequest, Mount
 
     mounts = [
@@ -272,10 +295,11 @@ def docker_kwargs(
         )
     kwargs: dict[str, Any] = {
         "task_id": task_id,
-        "image": config.trainer_image,
+        "image": image or config.trainer_image,
         # The entrypoint, not the command: the trainer image's ENTRYPOINT is already
-        # `python -m training`, and a command would only be appended to it as arguments.
-        "entrypoint": list(TRAINER_COMMAND),
+        # `python -m training`, and a command would only be appended to it as arguments. A
+        # user's command replaces it the same way, so it runs as given in any image.
+        "entrypoint": list(command or TRAINER_COMMAND),
         "command": None,
         "container_name": f"laketrain-{run_id}"[:128],
         "docker_url": config.docker_url,
@@ -309,6 +333,10 @@ def kubernetes_kwargs(
     checkpoint_url: str,
     config: LauncherConfig,
     task_id: str = "train_kubernetes",
+    image: str = "",
+    command: list[str] | None = None,
+    cpu: str = "",
+    memory: str = "",
 ) -> dict[str, Any]:
     """The KubernetesPodOperator's arguments. Secrets are NOT copied into the pod spec: the
     pod reads them from the Kubernetes Secret ``config.k8s_aws_secret`` (``env_from``), so they
@@ -321,22 +349,28 @@ def kubernetes_kwargs(
             f"a pod cannot write the scheduler host's {checkpoint_url}"
         )
     public = _container_env(env, checkpoint_url)
-    resources = None
     tolerations = None
+    limits: dict[str, str] = {}
+    # Requests only: the scheduler places the pod where they fit; the pod may use more.
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
     if gpus != 0:
         # A pod cannot ask for "all GPUs": -1 (all, for Docker) becomes one whole GPU here.
-        count = str(gpus if gpus > 0 else 1)
-        resources = k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": count})
+        limits["nvidia.com/gpu"] = str(gpus if gpus > 0 else 1)
         tolerations = [
             k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
         ]
+    resources = (
+        k8s.V1ResourceRequirements(limits=limits or None, requests=requests or None)
+        if limits or requests
+        else None
+    )
     label_run = _k8s_label(run_id)
     return {
         "task_id": task_id,
         "name": f"laketrain-train-{label_run}"[:63].rstrip("-."),
         "namespace": config.k8s_namespace,
-        "image": config.trainer_image,
-        "cmds": list(TRAINER_COMMAND),
+        "image": image or config.trainer_image,
+        "cmds": list(command or TRAINER_COMMAND),
         "env_vars": [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(public.items())],
         "env_from": [
             k8s.V1EnvFromSource(
@@ -384,32 +418,3 @@ def _k8s_label(value: str) -> str:
 
     clean = re.sub(r"[^a-z0-9.-]+", "-", value.lower()).strip("-.")
     return clean[:63].rstrip("-.") or "run"
-
-
-class TrainerExit(RuntimeError):
-    """The trainer exited with a code other than 0; ``retry`` says whether a retry can help."""
-
-    def __init__(self, code: int, retry: bool, message: str) -> None:
-        super().__init__(message)
-        self.code, self.retry = code, retry
-
-
-def exit_outcome(code: int) -> None:
-    """Map the trainer's exit code (the contract) to the task's outcome: return on 0; raise
-    AirflowFailException (no retry) on a bad config or refused data; raise a plain error
-    (Airflow retries) on a SIGTERM stop (75, it resumes from its checkpoint) or a crash."""
-    if code == EXIT_OK:
-        return
-    messages = {
-        EXIT_BAD_CONFIG: "bad training config (exit 2): see the trainer's message above",
-        EXIT_DATA_REFUSED: "the trainer refused the data (exit 3): see its message above",
-        EXIT_TEMPFAIL: "the trainer stopped after a checkpoint (exit 75): a retry resumes from it",
-    }
-    message = messages.get(code, f"the trainer failed with exit code {code}")
-    if code in (EXIT_BAD_CONFIG, EXIT_DATA_REFUSED):
-        from airflow.sdk.exceptions import AirflowFailException
-
-        raise AirflowFailException(message)
-    if code < 0:
-        message = f"the trainer was killed by signal {signal.Signals(-code).name}"
-    raise TrainerExit(code, True, message)

@@ -51,11 +51,41 @@ def read_result(run_id: str) -> dict[str, Any] | None:
     return json.loads(data)
 
 
-def record_finished(run_id: str, *, launch_failed: str | None) -> dict[str, Any]:
-    """Record the run's outcome from result.json (status, best metric, checkpoint URL)."""
-    from pipeline.runs import record_run_finished
+def record_finished(
+    run_id: str, *, launch_failed: str | None, exit_report: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Record the run's outcome from result.json (status, best metric, checkpoint URL).
 
-    result = read_result(run_id) or {}
+    A command that wrote no result.json (a user's own trainer, or one that never started) is
+    recorded from its exit status (``exit_report``: the launch task's ``{code, message}``),
+    and the record says that the result was missing.
+    """
+    from pipeline.runs import record_run_event, record_run_finished
+
+    result = read_result(run_id)
+    report = exit_report or {}
+    code = report.get("code")
+    if result is None and exit_report is not None:
+        from pipeline.redact import redact_url
+
+        missing = (
+            f"no result.json at {redact_url(result_url(run_id))}: recorded from the exit status"
+        )
+        status = {0: "succeeded", 75: "preempted"}.get(code, "failed")
+        if launch_failed and status == "succeeded":
+            status = "failed"
+        words = report.get("message") or launch_failed
+        result = {
+            "status": status,
+            "error": f"{words}; {missing}" if status != "succeeded" else None,
+        }
+        log.warning("run %s: %s (exit code %s)", run_id, missing, code)
+        if status == "succeeded":
+            record_run_event(run_id, "WARNING", f"exit code 0; {missing}")
+    elif result is not None and report.get("message") and code not in (0, None):
+        # The trainer's own words come first; the exit status says what became of it.
+        result = {**result, "error": result.get("error") or report["message"]}
+    result = result or {}
     status = result.get("status") or ("failed" if launch_failed else "succeeded")
     if launch_failed and status == "succeeded":
         status = "failed"

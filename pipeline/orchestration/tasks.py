@@ -308,25 +308,39 @@ def trainer_env(
 
 
 def launch(params: TrainParams, *, run_id: str, version_id: str, context: Any = None) -> int:
-    """Run the trainer with the chosen launcher; return the exit code (local) or 0 (container
-    operators raise on failure themselves)."""
+    """Run the trainer (the built-in one, or the run's own image/command) with the chosen
+    launcher; return the exit code (local) or 0 (container operators raise on failure)."""
     from pipeline.orchestration import launchers
-    from pipeline.settings import get_settings
+    from pipeline.orchestration.env_contract import command_argv
+    from pipeline.settings import get_settings, project_root
 
     env = trainer_env(params, run_id=run_id, version_id=version_id)
     cfg = launchers.LauncherConfig.from_env()
     s = get_settings()
+    user_command = _user_command(params)
     log.info(
-        "launching %s trainer: run %s on %s %s (env: %s; %d secret variable(s) not shown)",
+        "launching %s trainer: run %s on %s %s, command %s (env: %s; %d secret variable(s) "
+        "not shown)",
         params.launcher,
         run_id,
         params.dataset,
         version_id[:12],
+        params.command or "built-in",
         ", ".join(sorted(env.public)),
         len(env.secret),
     )
     if params.launcher == "local":
-        return launchers.run_local(env, emit=_emit, grace_seconds=cfg.kill_grace_seconds)
+        from pipeline.orchestration.usercode import user_argv
+
+        return launchers.run_local(
+            env,
+            emit=_emit,
+            grace_seconds=cfg.kill_grace_seconds,
+            # A user's command runs from the project root, where its relative paths point.
+            command=user_argv(params.command) if user_command else None,
+            cwd=str(project_root()) if user_command else None,
+        )
+    command = command_argv(params.command) if user_command else None
     if params.launcher == "docker":
         op = launchers.docker_operator(
             **launchers.docker_kwargs(
@@ -338,16 +352,45 @@ def launch(params: TrainParams, *, run_id: str, version_id: str, context: Any = 
                 host_data_root=cfg.host_data_root or str(s.data_root),
                 checkpoint_url=s.checkpoint_url,
                 config=cfg,
+                image=params.image,
+                command=command,
             )
         )
     else:
         op = launchers.kubernetes_operator(
             **launchers.kubernetes_kwargs(
-                env, run_id=run_id, gpus=params.gpus, checkpoint_url=s.checkpoint_url, config=cfg
+                env,
+                run_id=run_id,
+                gpus=params.gpus,
+                checkpoint_url=s.checkpoint_url,
+                config=cfg,
+                image=params.image,
+                command=command,
+                cpu=params.cpu,
+                memory=params.memory,
             )
         )
     op.execute(context)
     return 0
+
+
+def _user_command(params: TrainParams) -> bool:
+    """Whether the run names a command other than the built-in trainer's (the form's default)."""
+    from pipeline.orchestration.env_contract import command_argv
+    from pipeline.orchestration.launchers import TRAINER_COMMAND
+
+    return bool(params.command) and command_argv(params.command) != TRAINER_COMMAND
+
+
+def exit_report(params: TrainParams, code: int | None, error: str | None = None) -> dict:
+    """What the launch task tells record_result (XCom key ``exit``): the exit code and, when it
+    is not 0, the words for the run record. No environment, no credentials."""
+    from pipeline.orchestration.usercode import exit_message
+    from pipeline.redact import redact_text
+
+    argv = params.command or "python -m training"
+    message = redact_text(error)[:2000] if error else exit_message(argv, code)
+    return {"code": code, "command": params.command or None, "message": message}
 
 
 def _emit(line: str) -> None:
