@@ -1,8 +1,8 @@
-"""The training loop: one `Trainer` holding the model, optimizer, schedule, sampler position and
+"""The training loop: one `Trainer` holding the model, optimizer, schedule, data position and
 metrics, with `train_step`, `evaluate`, `state_dict`/`load_state_dict` and `fit`.
 
 Everything that decides *what* is computed is restored from a checkpoint: weights, optimizer,
-scheduler, scaler, every RNG (per rank), the sampler's (epoch, position), the running epoch
+scheduler, scaler, every RNG (per rank), the data's (epoch, cursor), the running epoch
 sums and the metric history. With deterministic algorithms on CPU, a run killed after any
 checkpoint and resumed ends bitwise equal to an uninterrupted one.
 """
@@ -26,13 +26,14 @@ from torch import nn
 
 from training.amp import AmpPlan, resolve_amp
 from training.config import TrainConfig
-from training.data import DeviceTransform, ResumableBatchSampler, eval_batches, make_loader
+from training.data import DeviceTransform, VersionDataset
 from training.distributed import DistInfo, all_reduce_sum, gather_objects
 from training.guards import NonFiniteLossError, batch_paths
 from training.init import init_weights
 from training.losses import build_loss, class_weights
-from training.metrics import MetricsLog, memory_mb, peak_memory_mb
+from training.metrics import memory_mb, peak_memory_mb
 from training.models import build_model, enable_grad_checkpointing, pick_architecture
+from training.recorder import RunReport
 from training.runtime import (  # noqa: F401 - re-exported: the loop's public surface
     SignalFlag,
     StopRequested,
@@ -84,7 +85,10 @@ class Trainer:
 
     ``save_fn(state, step, epoch, metric, is_best)`` persists a checkpoint (rank 0 only; the
     runner passes the CheckpointManager's save); ``on_step(trainer)`` is a hook called after
-    every step (tests and the runner use it).
+    every step (tests and the runner use it). The data, the SIGTERM flag and the metrics go
+    through the public API's objects (training.api): ``self.data`` is a `VersionDataset`,
+    ``stop_flag`` a `Preemption`, and the metrics lines go to ``report`` (a `RunReport`; without
+    one, to ``metrics_path`` alone).
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class Trainer:
         save_fn: Callable[..., Any] | None = None,
         stop_flag: SignalFlag | None = None,
         info: dict[str, Any] | None = None,
+        report: RunReport | None = None,
     ) -> None:
         self.cfg = cfg
         self.train_reader, self.val_reader = train_reader, val_reader
@@ -159,14 +164,16 @@ class Trainer:
         torch.manual_seed(rt.seed + 1_000_003 * self.dist.rank)
 
         self.optimizer = build_optimizer(model, cfg)
-        self.sampler = ResumableBatchSampler(
-            len(train_reader),
-            cfg.data.batch_size,
+        self.data = VersionDataset(
+            train_reader,
+            batch_size=cfg.data.batch_size,
             seed=rt.seed,
             rank=self.dist.rank,
             world_size=self.dist.world_size,
+            num_workers=cfg.data.num_workers,
+            pin_memory=self.device.type == "cuda",
         )
-        self.steps_per_epoch = len(self.sampler)
+        self.steps_per_epoch = len(self.data)
         self.total_steps = self.steps_per_epoch * rt.epochs
         self.warmup = default_warmup(self.total_steps, cfg.optim.warmup_steps)
         self.scheduler = make_scheduler(
@@ -191,14 +198,13 @@ class Trainer:
             augment=cfg.data.augment,
             seed=rt.seed,
         )
-        # A generator of the loader's own: creating an iterator draws a base seed from it
-        # instead of from the global RNG, so a resume mid-epoch sees the same global RNG stream.
-        self.loader = make_loader(
-            train_reader,
-            self.sampler,
-            num_workers=cfg.data.num_workers,
-            pin_memory=self.device.type == "cuda",
-            generator=torch.Generator().manual_seed(rt.seed),
+        self.val_data = VersionDataset(
+            val_reader,
+            batch_size=cfg.data.eval_batch_size,
+            shuffle=False,
+            drop_last=False,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
         )
 
         self.step = 0
@@ -207,14 +213,29 @@ class Trainer:
         self.best_metric: float | None = None
         self.best_step: int | None = None
         self.metric_name = cfg.checkpoint.metric
-        self.metrics = MetricsLog(metrics_path if self.dist.is_main else None)
+        self.report = report or RunReport(
+            None, rank=self.dist.rank, metrics_path=metrics_path, metric_name=self.metric_name
+        )
         self.last_val: dict[str, Any] = {}
         self.resumed_from: int | None = None
+
+    @property
+    def metrics(self) -> Any:
+        """The metrics.jsonl log (the report's)."""
+        return self.report.metrics
 
     # ------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint: everything needed to continue exactly (collective under DDP)."""
         rng = gather_objects(capture_rng(self.device), self.dist)
+        # The epoch's running sums of every rank, added up: a resume on any world size then
+        # carries them on rank 0 alone (load_state_dict), and the epoch's mean stays right.
+        sums = all_reduce_sum(
+            torch.tensor(
+                [self.sums.loss_sum, self.sums.correct, self.sums.seen], dtype=torch.float64
+            ),
+            self.dist,
+        )
         return {
             "format": STATE_FORMAT,
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
@@ -224,13 +245,17 @@ class Trainer:
             "rng": rng,
             "step": self.step,
             "epoch": self.epoch,
-            "sampler": self.sampler.state_dict(),
-            "epoch_sums": self.sums.as_dict(),
+            "data": self.data.state_dict(),
+            "epoch_sums": {
+                "loss_sum": float(sums[0]),
+                "correct": int(sums[1]),
+                "seen": int(sums[2]),
+            },
             "best_metric": self.best_metric,
             "best_step": self.best_step,
             "metric_name": self.metric_name,
             "last_val": dict(self.last_val),
-            "metrics": list(self.metrics.records),
+            **self.report.state_dict(),
             "config": self.cfg.to_dict(),
             "arch": self.arch,
             "world_size": self.dist.world_size,
@@ -264,22 +289,17 @@ class Trainer:
             torch.manual_seed(self.cfg.runtime.seed + 1_000_003 * self.dist.rank + self.step)
         self.step = int(state["step"])
         self.epoch = int(state["epoch"])
-        self.sampler.load_state_dict(state["sampler"])
-        if self.sampler.position == 0 and int(state["sampler"].get("position", 0)) != 0:
-            state["epoch_sums"] = {}  # the epoch restarts (different sharding): its sums too
-        self.sums = EpochSums(**state.get("epoch_sums", {}))
+        # "sampler": the state of checkpoints written before the public adapter.
+        self.data.load_state_dict(state["data"] if "data" in state else state["sampler"])
+        self.sums = EpochSums(**(state.get("epoch_sums", {}) if self.dist.is_main else {}))
         self.best_metric, self.best_step = state.get("best_metric"), state.get("best_step")
         self.last_val = dict(state.get("last_val", {}))
-        path = self.metrics.path
-        self.metrics.close()
-        self.metrics = MetricsLog(
-            path, [r for r in state.get("metrics", []) if r.get("step", 0) <= self.step]
-        )
+        self.report.load_state_dict(state, up_to_step=self.step)
         self.resumed_from = self.step
 
     # ------------------------------------------------------------------------- steps
     def train_step(
-        self, x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor
+        self, x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor | None = None
     ) -> dict[str, float]:
         cfg = self.cfg
         self.train_model.train()
@@ -325,7 +345,6 @@ class Trainer:
         self.sums.correct += correct
         self.sums.seen += n
         self.step += 1
-        self.sampler.position += 1
         return {
             "loss": float(flags[0]) / self.dist.world_size,
             "lr": lr,
@@ -359,7 +378,9 @@ class Trainer:
         trace: str | None = None,
         other_rank: bool = False,
     ) -> None:
-        idx = [int(i) for i in indices.tolist()]
+        if indices is None:
+            indices = self.data.last_indices
+        idx = [int(i) for i in indices.tolist()] if indices is not None else []
         # Indices of the split view → the version's own sample paths via its metadata.
         paths = batch_paths(self.train_reader, idx)
         value = float(loss.detach()) if not other_rank else float("nan")
@@ -376,17 +397,14 @@ class Trainer:
         """Loss and accuracy on the val split, under eval() and no_grad(); the model is back in
         train mode afterwards (asserted: BN in eval mode for the next step would silently train
         on running statistics)."""
-        reader = self.val_reader
         was_training = self.model.training
         self.model.eval()
         sums = torch.zeros(3, dtype=torch.float64)
         try:
-            for idx in eval_batches(
-                len(reader), self.cfg.data.eval_batch_size, self.dist.rank, self.dist.world_size
-            ):
-                xb, yb = reader.get_batch(idx)
-                x = self.transform(torch.from_numpy(np.ascontiguousarray(xb)).to(self.device))
-                y = torch.from_numpy(np.asarray(yb, dtype=np.int64)).to(self.device)
+            self.val_data.set_epoch(0)
+            for xb, yb in self.val_data:
+                x = self.transform(xb.to(self.device))
+                y = yb.to(self.device)
                 with self.plan.autocast():
                     logits = self.model(x)
                 # Plain cross-entropy: comparable across loss options and label smoothing.
@@ -459,7 +477,7 @@ class Trainer:
             f"{val['val_accuracy']:.4f}" if val else "-",
         )
         self.epoch += 1
-        self.sampler.set_epoch(self.epoch, 0)
+        self.data.set_epoch(self.epoch)
         self.sums = EpochSums()
         self._save(metric=metric, is_best=is_best)
 
@@ -473,12 +491,12 @@ class Trainer:
         )
         try:
             while self.epoch < rt.epochs:
-                self.sampler.set_epoch(self.epoch, self.sampler.position)
+                self.data.set_epoch(self.epoch)
                 t_last, n_since = time.perf_counter(), 0
-                for x, y, idx in self.loader:
-                    out = self.train_step(x, y, idx)
+                for x, y in self.data:
+                    out = self.train_step(x, y, self.data.last_indices)
                     n_since += int(y.shape[0]) * self.dist.world_size
-                    end_of_epoch = self.sampler.position >= self.steps_per_epoch
+                    end_of_epoch = self.data.at_epoch_end
                     if self.step % rt.log_every == 0 or end_of_epoch:
                         now = time.perf_counter()
                         self.metrics.write(

@@ -2,6 +2,10 @@
 checkpoint, fit, then write the plot, the diagnosis, metrics.jsonl and result.json beside the
 checkpoints, and record the run in the metadata store when METADATA_DB_URL is set.
 
+It goes through the public API (training.api) like any user's trainer: `open_version`,
+`checkpoints` (the CheckpointManager), `RunReport` (metrics, result.json, store rows) and
+`Preemption` (SIGTERM); the Trainer trains on a `VersionDataset`.
+
 Exit codes (the orchestrator's contract): 0 done; 2 bad config; 3 data check refused;
 75 stopped by SIGTERM after a checkpoint (a retry resumes); 1 anything else.
 """
@@ -21,6 +25,7 @@ import torch
 
 from pipeline.redact import redact_text
 from pipeline.settings import SettingsError
+from training import api
 from training.config import ConfigError, RunTarget, TrainConfig
 from training.distributed import (
     DistInfo,
@@ -41,8 +46,8 @@ from training.guards import (
     check_label_distribution,
     refuse_leakage,
 )
-from training.loop import SignalFlag, StopRequested, Trainer, resolve_device, result_summary
-from training.recorder import RunRecorder
+from training.loop import StopRequested, Trainer, resolve_device, result_summary
+from training.recorder import RunReport
 from training.resume import RunEvents, resume_state
 from training.runtime import RaiseOnTerm, TermSignal
 from training.workdir import make_run_dir, remove_stale_run_dirs
@@ -73,10 +78,10 @@ def setup_logging(rank: int) -> None:
 
 def open_reader(target: RunTarget, version: str | None = None) -> Any:
     """The version's reader; a missing or ambiguous version is a data refusal (exit 3)."""
-    from pipeline.datasets.reader import open_version
-
     try:
-        return open_version(target.dataset, version or target.version, data_root=target.data_root)
+        return api.open_version(
+            target.dataset, version or target.version, data_root=target.data_root
+        )
     except (LookupError, FileNotFoundError) as exc:
         raise DataCheckError(f"dataset version: {exc}") from exc
 
@@ -99,8 +104,6 @@ def run(cfg: TrainConfig, target: RunTarget) -> int:
 
 
 def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistInfo) -> int:
-    from training.checkpoint import CheckpointManager
-
     if target.metadata_db_url and os.environ.get("METADATA_DB_URL") != target.metadata_db_url:
         # --metadata-db-url: the reader and pipeline.runs read the store URL from settings.
         from pipeline.settings import get_settings
@@ -108,7 +111,7 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
         os.environ["METADATA_DB_URL"] = target.metadata_db_url
         get_settings.cache_clear()
 
-    recorder = RunRecorder(target, dist.is_main)
+    report: RunReport | None = None
     events = RunEvents()
     manager: Any = None
     trainer: Trainer | None = None
@@ -121,22 +124,28 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
         # in the finally below (SIGTERM included, see RaiseOnTerm).
         remove_stale_run_dirs()
         work = make_run_dir()
+        report = RunReport(
+            None,
+            run_id=target.run_id,
+            dataset=target.dataset,
+            metadata_db_url=target.metadata_db_url,
+            rank=dist.rank,
+            metrics_path=work / "metrics.jsonl",
+            metric_name=cfg.checkpoint.metric,
+            # The manager ranks higher-is-better; a loss is handed to it negated.
+            higher_is_better=cfg.checkpoint.metric != "val_loss",
+        )
+        events = report.events
+        report.epoch_of = lambda step: step // max(trainer.steps_per_epoch, 1) if trainer else 0
         try:
-            manager = CheckpointManager(
+            manager = api.checkpoints(
                 target.checkpoint_url,
                 target.run_id,
                 keep_last=cfg.checkpoint.keep_last,
                 rank=dist.rank,
                 local_dir=work / "snapshots",
-                on_commit=lambda info: recorder.checkpoint(
-                    info["step"],
-                    info["step"] // max(trainer.steps_per_epoch, 1) if trainer else 0,
-                    info["url"],
-                    _metric_back(info.get("metric"), cfg),
-                    bool(info.get("is_best")),
-                ),
-                on_delete=recorder.checkpoint_deleted,
             )
+            report.attach(manager)
             # The manager first: even a refused version leaves a result.json for the launcher.
             reader = open_reader(target)
             state = resume_state(cfg, manager, dist, events)
@@ -188,11 +197,11 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                 val_r,
                 device=device,
                 dist=dist,
-                metrics_path=work / "metrics.jsonl",
-                save_fn=lambda state, *, step, epoch, metric, is_best: _save(
-                    manager, trainer, state, step, metric, is_best, work
+                save_fn=lambda state, *, step, epoch, metric, is_best: manager.save(
+                    step, state, metric=metric, is_best=is_best
                 ),
                 info=info,
+                report=report,
             )
             if state is not None:
                 if state.get("config") and state["config"] != cfg.to_dict():
@@ -205,7 +214,7 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                     "resumed from step %d (epoch %d, batch %d of %d)",
                     trainer.step,
                     trainer.epoch,
-                    trainer.sampler.position,
+                    trainer.data.cursor // trainer.data.global_batch,
                     trainer.steps_per_epoch,
                 )
             log.info(
@@ -219,14 +228,10 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                 trainer.warmup,
                 trainer.total_steps,
             )
-            recorder.started_run(reader.version_id, {**cfg.flat(), "world_size": dist.world_size})
-            recorder.events(events)
-            flag = SignalFlag().install()
-            trainer.stop_flag = flag
-            try:
+            report.start(reader.version_id, {**cfg.flat(), "world_size": dist.world_size})
+            with api.Preemption() as flag:
+                trainer.stop_flag = flag
                 fit = trainer.fit()
-            finally:
-                flag.uninstall()
             status, code = "succeeded", EXIT_OK
         except (ConfigError, SettingsError) as exc:
             error, code = str(exc), EXIT_CONFIG
@@ -243,7 +248,7 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
         if error:
             error = redact_text(error)
             log.error("%s", error) if code != EXIT_PREEMPTED else log.warning("%s", error)
-        code = _finish(manager, trainer, recorder, work, status, error, code, fit, dist, events)
+        code = _finish(report, trainer, work, status, error, code, fit, dist)
         return code
     finally:
         term.uninstall()
@@ -267,13 +272,6 @@ def _check_val_split(reader: Any, n_val: int, cfg: TrainConfig, events: RunEvent
     events.warning(f"{what}; training without validation (TRAIN_ALLOW_NO_VAL=true)")
 
 
-def _metric_back(metric: float | None, cfg: TrainConfig) -> float | None:
-    # The manager ranks "higher is better"; a loss is handed to it negated.
-    if metric is None:
-        return None
-    return -metric if cfg.checkpoint.metric == "val_loss" else metric
-
-
 def _config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     return (
         ", ".join(
@@ -285,50 +283,29 @@ def _config_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     )
 
 
-def _save(
-    manager: Any,
-    trainer: Trainer | None,
-    state: dict[str, Any],
-    step: int,
-    metric: float | None,
-    is_best: bool,
-    work: Path,
-) -> None:
-    manager.save(step, state, metric=metric, is_best=is_best)
-    # The metrics so far, beside the checkpoints: a live view for anyone watching the run.
-    if trainer is not None and trainer.metrics.path is not None:
-        trainer.metrics.flush()
-        manager.upload_file("metrics.jsonl", trainer.metrics.path)
-
-
 def _finish(
-    manager: Any,
+    report: RunReport | None,
     trainer: Trainer | None,
-    recorder: RunRecorder,
-    work: Path,
+    work: Path | None,
     status: str,
     error: str | None,
     code: int,
     fit: Any,
     dist: DistInfo,
-    events: RunEvents,
 ) -> int:
-    """Outputs and the result, whatever happened. A checkpoint upload error turns a success
-    into a failure: a run whose checkpoints are not safe has not finished."""
+    """Outputs and the result, whatever happened: the plot and the diagnosis, then the report
+    (metrics.jsonl, result.json, the store's run row). A checkpoint upload error turns a
+    success into a failure: a run whose checkpoints are not safe has not finished."""
     from training.diagnostics import diagnose, render
     from training.plot import plot_metrics
 
+    if report is None:
+        return code
+    manager = report.manager
     findings: list[dict[str, Any]] = []
-    if manager is not None:
-        try:
-            manager.close()
-        except Exception as exc:
-            log.error("checkpoint upload failed: %s", exc)
-            status, error, code = "failed", f"checkpoint upload failed: {exc}", EXIT_FAILED
-    if trainer is not None and dist.is_main and manager is not None:
+    if trainer is not None and dist.is_main and manager is not None and work is not None:
         try:
             records = trainer.metrics.records
-            trainer.metrics.close()
             found = diagnose(records)
             findings = [f.to_dict() for f in found]
             for f in found:
@@ -338,8 +315,6 @@ def _finish(
                 json.dumps({"findings": findings, "text": render(found)}, indent=2) + "\n"
             )
             manager.upload_file("diagnosis.json", diag)
-            if trainer.metrics.path is not None and trainer.metrics.path.exists():
-                manager.upload_file("metrics.jsonl", trainer.metrics.path)
             if records:
                 png = plot_metrics(
                     records, work / "curves.png", title=f"{manager.run_id}: {trainer.arch}"
@@ -347,53 +322,22 @@ def _finish(
                 manager.upload_file("curves.png", png)
         except Exception:
             log.exception("writing the run's plot/diagnosis failed")
-    if manager is not None and dist.is_main:
-        best = _safe(manager.best_pointer) or {}
-        latest = _safe(manager.latest_pointer) or {}
-        summary = (
-            result_summary(fit)
-            if fit is not None
-            else {
-                "best_metric": trainer.best_metric if trainer else None,
-                "metric_name": trainer.metric_name if trainer else None,
-                "epochs_done": trainer.epoch if trainer else 0,
-                "steps": trainer.step if trainer else 0,
-            }
-        )
-        result = {
-            "status": status,
-            **summary,
-            "checkpoint_url": best.get("url") or latest.get("url"),
-            "latest_checkpoint_url": latest.get("url"),
-            "run_url": manager.run_url,
-            "error": error,
-            "exit_code": code,
-            "findings": findings,
-            "events": list(events.items),
+    summary = (
+        result_summary(fit)
+        if fit is not None
+        else {
+            "best_metric": trainer.best_metric if trainer else None,
+            "metric_name": trainer.metric_name if trainer else None,
+            "epochs_done": trainer.epoch if trainer else 0,
+            "steps": trainer.step if trainer else 0,
         }
-        if trainer is not None:
-            result["final_val"] = dict(trainer.last_val)
-            result["dataset"] = trainer.info.get("dataset")
-        try:
-            manager.write_result(result)
-        except Exception:
-            log.exception("writing result.json failed")
-            code = code or EXIT_FAILED
-        recorder.events(events)
-        recorder.finished(
-            status,
-            best_metric=summary["best_metric"],
-            metric_name=summary["metric_name"],
-            checkpoint_url=result["checkpoint_url"],
-            error=error,
-        )
-        print(json.dumps({"result": result}), flush=True)
+    )
+    extra: dict[str, Any] = {"findings": findings}
+    if trainer is not None:
+        extra["final_val"] = dict(trainer.last_val)
+        extra["dataset"] = trainer.info.get("dataset")
+    code = report.finish(status, error=error, exit_code=code, **summary, **extra)
+    if dist.is_main and report.result is not None and manager is not None:
+        print(json.dumps({"result": report.result}), flush=True)
     barrier(dist) if code in (EXIT_OK, EXIT_PREEMPTED) else None
     return code
-
-
-def _safe(fn: Any) -> Any:
-    try:
-        return fn()
-    except Exception:
-        return None

@@ -22,9 +22,15 @@ class StopRequested(Exception):
     """SIGTERM arrived; a checkpoint of the finished step has been saved (exit code 75)."""
 
 
-class SignalFlag:
+class Preemption:
     """Turns SIGTERM into a flag the loop checks between steps: the step in flight finishes,
-    then the loop saves and stops. A second SIGTERM does the same (no hard exit mid-save)."""
+    then the loop saves and stops with exit 75 (the public API's preemption helper; the
+    built-in loop checks it the same way). A second SIGTERM does the same (no hard exit
+    mid-save). ``install()``/``uninstall()``, or use it as a context manager.
+
+    Under DDP the signal may reach one rank only, or the ranks at different steps:
+    ``should_stop()`` is the flag OR-ed over all ranks (one tiny collective), so every rank
+    stops after the same step and takes part in the same last checkpoint."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -34,7 +40,7 @@ class SignalFlag:
         self.requested = True
         log.warning("SIGTERM received: finishing the current step, then saving a checkpoint")
 
-    def install(self) -> SignalFlag:
+    def install(self) -> Preemption:
         self._previous = signal.signal(signal.SIGTERM, self._handle)
         return self
 
@@ -42,6 +48,27 @@ class SignalFlag:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
+
+    def __enter__(self) -> Preemption:
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    def should_stop(self) -> bool:
+        """True on every rank once any rank got SIGTERM (call it at the same step on all)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return self.requested
+        flag = torch.tensor([float(self.requested)])
+        if dist.get_backend() == "nccl":
+            flag = flag.cuda()
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+SignalFlag = Preemption  # the loop's earlier name
 
 
 class TermSignal(BaseException):

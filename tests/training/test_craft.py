@@ -13,7 +13,7 @@ from torch import nn
 from tests.training.trainer_support import ArrayReader, digits_reader
 from training.amp import resolve_amp
 from training.config import ConfigError, build_config
-from training.data import DeviceTransform, ResumableBatchSampler, epoch_permutation, make_loader
+from training.data import DeviceTransform, VersionDataset, epoch_permutation
 from training.init import init_weights
 from training.loop import Trainer, param_groups, release_cached_memory
 from training.losses import FocalLoss, build_loss, class_weights
@@ -26,8 +26,8 @@ def make_trainer(reader: ArrayReader | None = None, **values: object) -> Trainer
     return Trainer(cfg, reader.split("train"), reader.split("val"), device=torch.device("cpu"))
 
 
-def one_batch(t: Trainer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return next(iter(t.loader))
+def one_batch(t: Trainer) -> tuple[torch.Tensor, torch.Tensor]:
+    return next(iter(t.data))
 
 
 # ------------------------------------------------------------------------------- memory
@@ -267,41 +267,69 @@ def test_model_is_picked_from_the_modality() -> None:
 # ------------------------------------------------------------------------------- data
 def test_loader_fetches_whole_fixed_size_batches_with_persistent_workers() -> None:
     reader = digits_reader(200).split("train")  # 160 samples
-    sampler = ResumableBatchSampler(len(reader), 48, seed=1)
-    loader = make_loader(reader, sampler, num_workers=2, pin_memory=False)
-    assert loader.persistent_workers is True and loader.pin_memory is False
-    batches = list(loader)
-    assert len(batches) == 3 == len(sampler)  # drop_last: 160 // 48
-    assert all(x.shape == (48, 1, 8, 8) and x.dtype == torch.uint8 for x, _, _ in batches)
-    seen = torch.cat([idx for _, _, idx in batches])
-    assert len(set(seen.tolist())) == 144
-    x0, y0 = reader.get_batch(batches[0][2].tolist())
+    data = VersionDataset(reader, batch_size=48, seed=1, num_workers=2)
+    assert data.loader.persistent_workers is True and data.loader.pin_memory is False
+    batches, seen = [], []
+    for x, y in data:
+        batches.append((x, y))
+        seen += data.last_indices.tolist()
+    assert len(batches) == 3 == len(data)  # drop_last: 160 // 48
+    assert all(x.shape == (48, 1, 8, 8) and x.dtype == torch.uint8 for x, _ in batches)
+    assert len(set(seen)) == 144
+    x0, y0 = reader.get_batch(seen[:48])
     assert torch.equal(batches[0][0], torch.from_numpy(x0)) and torch.equal(
         batches[0][1], torch.from_numpy(y0)
     )
-    assert make_loader(reader, sampler, num_workers=0, pin_memory=False).persistent_workers is False
+    assert data.epoch == 1 and data.cursor == 0  # the finished iteration moved to epoch 1
+    assert VersionDataset(reader, batch_size=48).loader.persistent_workers is False
 
 
-def test_sampler_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch() -> None:
-    s = ResumableBatchSampler(103, 10, seed=7)
+def test_the_data_order_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch() -> None:
+    reader = ArrayReader(np.zeros((103, 2), np.float32), np.arange(103) % 2, modality="table")
+    s = VersionDataset(reader, batch_size=10, seed=7)
     assert np.array_equal(epoch_permutation(103, 7, 2), epoch_permutation(103, 7, 2))
     assert not np.array_equal(epoch_permutation(103, 7, 1), epoch_permutation(103, 7, 2))
     s.set_epoch(2)
-    full = list(s)
-    s.set_epoch(2, 4)
-    assert list(s) == full[4:]
-    t = ResumableBatchSampler(103, 10, seed=7)
-    t.load_state_dict({**s.state_dict(), "position": 6})
-    assert list(t) == full[6:]
+    full = s.plan(2)
+    it = iter(s)
+    for _ in range(4):
+        next(it)
+    state = s.state_dict()
+    assert (state["epoch"], state["cursor"], state["seed"]) == (2, 40, 7)
+    t = VersionDataset(reader, batch_size=10, seed=99)
+    t.load_state_dict(state)  # the checkpoint's seed wins: the order of the epoch in flight
+    rest = []
+    for _ in t:
+        rest.append(t.last_indices.tolist())
+    assert rest == full[4:]
+    # A sampler state from before the adapter (epoch, position in batches) resumes the same.
+    u = VersionDataset(reader, batch_size=10, seed=7)
+    u.load_state_dict({"epoch": 2, "position": 6, "seed": 7, "world_size": 1, "batch_size": 10})
+    assert u.plan(2, u.cursor) == full[6:]
 
 
 def test_sharding_gives_each_rank_a_disjoint_equal_share() -> None:
-    ranks = [ResumableBatchSampler(101, 5, seed=3, rank=r, world_size=2) for r in range(2)]
-    shares = [sum(list(s), []) for s in ranks]
-    assert len(shares[0]) == len(shares[1]) == 50  # 51 per rank after padding → 10 full batches
+    reader = ArrayReader(np.zeros((101, 2), np.float32), np.arange(101) % 2, modality="table")
+    ranks = [VersionDataset(reader, batch_size=5, seed=3, rank=r, world_size=2) for r in range(2)]
+    shares = [sum(s.plan(0), []) for s in ranks]
+    assert len(shares[0]) == len(shares[1]) == 50  # 10 steps of 2 x 5
     assert not set(shares[0]) & set(shares[1])
     with pytest.raises(ConfigError, match="TRAIN_BATCH_SIZE / batch_size"):
-        ResumableBatchSampler(10, 8, seed=0, world_size=2)
+        VersionDataset(
+            ArrayReader(np.zeros((10, 2), np.float32), np.arange(10) % 2),
+            batch_size=8,
+            world_size=2,
+        )
+
+
+def test_a_state_of_another_version_is_refused() -> None:
+    reader = digits_reader(100).split("train")
+    data = VersionDataset(reader, batch_size=16)
+    state = {**data.state_dict(), "version_id": "w" * 64}
+    with pytest.raises(
+        ValueError, match="data state is for version w+, this dataset is version v+"
+    ):
+        data.load_state_dict(state)
 
 
 def test_device_transform_normalises_and_augments_reproducibly() -> None:
@@ -388,6 +416,5 @@ def test_cuda_backend_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_pinned_memory_only_for_cuda() -> None:
     reader = digits_reader(100).split("train")
-    sampler = ResumableBatchSampler(len(reader), 16, seed=0)
-    assert make_loader(reader, sampler, num_workers=0, pin_memory=True).pin_memory is True
-    assert make_trainer().loader.pin_memory is False  # CPU run
+    assert VersionDataset(reader, batch_size=16, pin_memory=True).loader.pin_memory is True
+    assert make_trainer().data.loader.pin_memory is False  # CPU run

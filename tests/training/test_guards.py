@@ -38,7 +38,7 @@ def trainer_for(reader: ArrayReader, **values: object) -> Trainer:
 def test_non_finite_loss_stops_with_step_indices_and_paths(detect_anomaly: bool) -> None:
     bad = 37
     t = trainer_for(table_reader(nan_at=bad), detect_anomaly=detect_anomaly)
-    batches = t.sampler.batches(0)
+    batches = t.data.plan(0)
     bad_step = next(i for i, b in enumerate(batches) if bad in b)
     with pytest.raises(NonFiniteLossError) as err:
         t.fit()
@@ -115,5 +115,5 @@ def test_sigterm_during_a_step_finishes_it_saves_and_stops() -> None:
     finally:
         flag.uninstall()
     assert t.step == 3  # the step in flight finished, no further one started
-    assert len(saved) == 1 and saved[0]["step"] == 3 and saved[0]["sampler"]["position"] == 3
+    assert len(saved) == 1 and saved[0]["step"] == 3 and saved[0]["data"]["cursor"] == 3 * 16
     assert signal.getsignal(signal.SIGTERM) != flag._handle  # the handler is uninstalled

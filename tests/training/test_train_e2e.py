@@ -189,7 +189,7 @@ def test_sigkill_after_a_mid_epoch_checkpoint_resumes_bitwise(
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     mid = final_state(ckpt, "killed")
-    assert (mid["step"], mid["epoch"], mid["sampler"]["position"]) == (15, 0, 15)
+    assert (mid["step"], mid["epoch"], mid["data"]["cursor"]) == (15, 0, 15 * 64)
     again = run_trainer(env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from step 15 (epoch 0, batch 15 of 22)" in again.stderr
