@@ -7,17 +7,30 @@ start-up would cost more than it saves.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-
-from filehash import FileHash
+from functools import lru_cache
+from typing import Any
 
 CHUNK_SIZE = 1 << 20
 # Below this many files a pool's start-up (fork + pickling) is not worth it.
 POOL_THRESHOLD = 64
-_hasher = FileHash("md5", chunk_size=CHUNK_SIZE)
+
+
+@lru_cache(maxsize=1)
+def _hasher() -> Any:
+    # Imported on first use, like the pool below: a no-change scan hashes nothing and must
+    # not pay for these imports at start-up.
+    from filehash import FileHash
+
+    return FileHash("md5", chunk_size=CHUNK_SIZE)
+
+
+def _fork_pool(workers: int) -> Any:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +41,7 @@ class HashResult:
 
 
 def md5_file(abspath: str) -> str:
-    return _hasher.hash_file(abspath)
+    return _hasher().hash_file(abspath)
 
 
 def _hash_one(item: tuple[str, str]) -> HashResult:
@@ -59,7 +72,7 @@ class HashPool:
         self.on_progress = on_progress
         self._pending: list[tuple[str, str]] = []
         self._futures: list[object] = []
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: Any = None
 
     def __enter__(self) -> HashPool:
         return self
@@ -75,9 +88,7 @@ class HashPool:
 
     def _submit(self) -> None:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("fork")
-            )
+            self._pool = _fork_pool(self.workers)
         batch, self._pending = self._pending, []
         future = self._pool.submit(_hash_batch, batch)
         if self.on_progress:
@@ -126,9 +137,8 @@ def hash_files(
                 on_progress(1)
         return results
     chunksize = max(1, min(256, len(items) // (workers * 8)))
-    context = multiprocessing.get_context("fork")
     results = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with _fork_pool(workers) as pool:
         for result in pool.map(_hash_one, items, chunksize=chunksize):
             results.append(result)
             if on_progress:

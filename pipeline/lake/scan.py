@@ -9,31 +9,36 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NamedTuple
-
-from sqlalchemy import and_, bindparam, update
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, NamedTuple
 
 from pipeline.gcpause import gc_paused
-from pipeline.lake.hashing import HashPool
-from pipeline.lake.walk import Candidate, Refused, Settling, StatKey, Unlistable, walk_lake
-from pipeline.metadata.base import UTCDateTime, utcnow
-from pipeline.metadata.driver import driver_executemany, driver_rows
-from pipeline.metadata.ledger import (
+from pipeline.lake.ledger_db import (
     STATUS_INVALID,
     STATUS_OK,
     STATUS_REFUSED,
     STATUS_UNREADABLE,
-    LakeLock,
-    LedgerFile,
-    Scan,
+    LedgerTx,
+    LockBusyError,
+    sqlite_transaction,
+    store_transaction,
 )
-from pipeline.metadata.locks import LockBusyError, ensure_lock_row, take_lock_row
-from pipeline.metadata.store import MetadataStore, open_store
+from pipeline.lake.walk import (
+    Candidate,
+    FastPath,
+    Refused,
+    Settling,
+    StatKey,
+    Unlistable,
+    walk_lake,
+)
+
+if TYPE_CHECKING:
+    from pipeline.metadata.store import MetadataStore
 
 # last_seen (and last_scan_id) of an unchanged file is refreshed at most this often.
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
@@ -157,163 +162,196 @@ def scan(
         raise FileNotFoundError(f"lake folder does not exist: {lake}")
     if dataset is not None and ("/" in dataset or dataset in ("", ".", "..")):
         raise ValueError(f"dataset must be a first-level lake folder name, got {dataset!r}")
-    store = store or open_store()
     settle = settings.settle_seconds if settle_seconds is None else settle_seconds
     workers = workers or settings.hash_workers
     lake_key = os.path.realpath(lake)
 
-    ensure_lock_row(store, LakeLock, lake_key)
-    started = time.perf_counter()
-    with store.session() as session:
-        try:
-            take_lock_row(session, LakeLock, lake_key, wait=wait)
-        except LockBusyError as exc:
-            raise ScanBusyError(
-                f"another scan of the lake {lake_key} is running; try again when it finishes"
-            ) from exc
-        scan_row = Scan(lake=lake_key, dataset=dataset)
-        session.add(scan_row)
-        session.flush()
-        result = ScanResult(scan_id=scan_row.id, lake=lake_key, dataset=dataset)
-        known = _load_ledger(session, dataset)
-        now = utcnow()
+    with _transactions(store, settings.database_url) as transaction:
+        with transaction() as tx:
+            tx.ensure_lock_row(lake_key)
+        started = time.perf_counter()
+        with transaction() as tx:
+            now = datetime.now(UTC)
+            try:
+                tx.take_lock_row(lake_key, wait=wait, now=now)
+            except LockBusyError as exc:
+                raise ScanBusyError(
+                    f"another scan of the lake {lake_key} is running; try again when it finishes"
+                ) from exc
+            scan_id = tx.insert_scan(lake_key, dataset, now)
+            result = ScanResult(scan_id=scan_id, lake=lake_key, dataset=dataset)
+            _scan_into(tx, result, lake, dataset, settle, workers, now, on_total, on_progress)
+            result.seconds = time.perf_counter() - started
+            tx.finish_scan(scan_id, _counts(result), result.seconds)
+    return result
 
-        to_hash: list[Candidate] = []
-        seen: set[str] = set()
-        unlisted: list[str] = []
-        refused: dict[str, Refused] = {}
-        with HashPool(workers, on_progress=on_progress) as hasher:
-            for entry in walk_lake(lake, dataset=dataset, settle_seconds=settle):
-                if type(entry) is Candidate:
-                    seen.add(entry.path)
-                    raw = known.get(entry.path)
-                    if (  # the fast path: a present, known file whose stat key did not move
-                        raw is not None
-                        and not raw[_DELETED]
-                        and raw[_STATUS] in (STATUS_OK, STATUS_INVALID)
-                        and (raw[2], raw[3], raw[4], raw[5]) == entry.key
-                    ):
-                        result.unchanged += 1
-                    else:
-                        to_hash.append(entry)
-                        hasher.add(entry.path, entry.abspath)
-                elif isinstance(entry, Settling):
-                    seen.add(entry.path)  # exists; just not ready
-                    result.settling += 1
-                elif isinstance(entry, Refused):
-                    # Kept apart from `seen` until the walk ends: an escaped path (a name that
-                    # is not UTF-8) can equal a real file's name, and the real file wins.
-                    if entry.path in refused:
-                        result.refused.append((entry.path, _collided(entry.reason)))
-                    else:
-                        refused[entry.path] = entry
-                elif isinstance(entry, Unlistable):
-                    unlisted.append(entry.path)
-                    result.unreadable.append((entry.path, entry.reason))
-            if on_total:
-                on_total(len(to_hash))
-            for path in [p for p in refused if p in seen]:
-                # Reported, never recorded: its row would collide with the real file's row.
-                result.refused.append((path, _collided(refused.pop(path).reason)))
-            seen.update(refused)
 
-            vanished = [
-                path
-                for path, raw in known.items()
-                if not raw[_DELETED] and path not in seen and not _under_any(path, unlisted)
-            ]
-            vanished_by_md5: dict[str, list[str]] = {}
-            for path in vanished:
-                md5 = known[path][_MD5]
-                if md5:
-                    vanished_by_md5.setdefault(md5, []).append(path)
+@contextmanager
+def _transactions(store: MetadataStore | None, url: str) -> Iterator[Callable[[], object]]:
+    """A factory of LedgerTx transactions: on a plain sqlite3 connection when no store was
+    handed in and the SQLite store is already at head (no SQLAlchemy import), else on the
+    store's sessions (open_store migrates a store that is behind)."""
+    if store is None:
+        from pipeline.metadata.fastpath import open_sqlite_at_head
 
-            renamed_sources: set[str] = set()
-            inserts: list[dict[str, object]] = []
-            updates: list[dict[str, object]] = []
-            for cand, res in zip(to_hash, hasher.iter_results(), strict=True):
-                row = _as_known(known.get(cand.path))
-                stat_cols = {
-                    "size": cand.key.size,
-                    "mtime_ns": cand.key.mtime_ns,
-                    "ctime_ns": cand.key.ctime_ns,
-                    "inode": cand.key.inode,
-                    "last_seen": now,
-                    "last_scan_id": scan_row.id,
-                    "deleted_at": None,
-                }
-                if res.md5 is None:
-                    result.unreadable.append((cand.path, res.error or "unreadable"))
-                    cols = {
-                        **stat_cols,
-                        "md5": None,
-                        "status": STATUS_UNREADABLE,
-                        "error": res.error,
-                    }
+        conn = open_sqlite_at_head(url)
+        if conn is not None:
+            try:
+                yield lambda: sqlite_transaction(conn)
+            finally:
+                conn.close()
+            return
+        from pipeline.metadata.store import open_store
+
+        store = open_store(url)
+    yield lambda: store_transaction(store)
+
+
+def _scan_into(
+    tx: LedgerTx,
+    result: ScanResult,
+    lake: Path,
+    dataset: str | None,
+    settle: float,
+    workers: int,
+    now: datetime,
+    on_total: Callable[[int], None] | None,
+    on_progress: Callable[[int], None] | None,
+) -> None:
+    from pipeline.lake.hashing import HashPool
+
+    fast = FastPath(tx.load_fast(dataset))
+    others = tx.load_others(dataset)  # deleted, unreadable, refused rows: full rows
+    to_hash: list[Candidate] = []
+    seen: set[str] = set()  # paths the walk yielded (the fast path's matches are counted)
+    unlisted: list[str] = []
+    refused: dict[str, Refused] = {}
+    with HashPool(workers, on_progress=on_progress) as hasher:
+        for entry in walk_lake(lake, dataset=dataset, settle_seconds=settle, fast=fast):
+            if type(entry) is Candidate:
+                seen.add(entry.path)
+                to_hash.append(entry)
+                hasher.add(entry.path, entry.abspath)
+            elif isinstance(entry, Settling):
+                seen.add(entry.path)  # exists; just not ready
+                result.settling += 1
+            elif isinstance(entry, Refused):
+                # Kept apart from `seen` until the walk ends: an escaped path (a name that
+                # is not UTF-8) can equal a real file's name, and the real file wins.
+                if entry.path in refused:
+                    result.refused.append((entry.path, _collided(entry.reason)))
                 else:
-                    result.bytes_hashed += cand.key.size
-                    cols = {**stat_cols, "md5": res.md5, "status": STATUS_OK, "error": None}
-                    if row is None or row.deleted or row.md5 is None:
-                        cols["content_changed_at"] = now
-                        sources = vanished_by_md5.get(res.md5)
-                        if sources:
-                            old = sources.pop(0)
-                            renamed_sources.add(old)
-                            result.renamed.append(
-                                FileChange(cand.path, res.md5, cand.key.size, renamed_from=old)
-                            )
-                        else:
-                            result.new.append(FileChange(cand.path, res.md5, cand.key.size))
-                    elif row.md5 != res.md5:
-                        cols["content_changed_at"] = now
-                        result.changed.append(
-                            FileChange(cand.path, res.md5, cand.key.size, previous_md5=row.md5)
+                    refused[entry.path] = entry
+            elif isinstance(entry, Unlistable):
+                unlisted.append(entry.path)
+                result.unreadable.append((entry.path, entry.reason))
+        result.unchanged = fast.unchanged
+        if on_total:
+            on_total(len(to_hash))
+        for path in [p for p in refused if p in seen or p in fast.matched_escapable]:
+            # Reported, never recorded: its row would collide with the real file's row.
+            result.refused.append((path, _collided(refused.pop(path).reason)))
+        seen.update(refused)
+
+        # Only what differs is read in full: fast-path rows whose key moved, or not seen.
+        gone_ids = [row[5] for path, row in fast.known.items() if not _under_any(path, unlisted)]
+        known = tx.full_rows([row[5] for row in fast.stale.values()] + gone_ids)
+        known.update(others)
+        fast.known.clear()
+        vanished = [
+            path
+            for path, raw in known.items()
+            if not raw[_DELETED] and path not in seen and not _under_any(path, unlisted)
+        ]
+        vanished_by_md5: dict[str, list[str]] = {}
+        for path in vanished:
+            md5 = known[path][_MD5]
+            if md5:
+                vanished_by_md5.setdefault(md5, []).append(path)
+
+        renamed_sources: set[str] = set()
+        inserts: list[dict[str, object]] = []
+        updates: list[dict[str, object]] = []
+        for cand, res in zip(to_hash, hasher.iter_results(), strict=True):
+            row = _as_known(known.get(cand.path))
+            stat_cols = {
+                "size": cand.key.size,
+                "mtime_ns": cand.key.mtime_ns,
+                "ctime_ns": cand.key.ctime_ns,
+                "inode": cand.key.inode,
+                "last_seen": now,
+                "last_scan_id": result.scan_id,
+                "deleted_at": None,
+            }
+            if res.md5 is None:
+                result.unreadable.append((cand.path, res.error or "unreadable"))
+                cols = {**stat_cols, "md5": None, "status": STATUS_UNREADABLE, "error": res.error}
+            else:
+                result.bytes_hashed += cand.key.size
+                cols = {**stat_cols, "md5": res.md5, "status": STATUS_OK, "error": None}
+                if row is None or row.deleted or row.md5 is None:
+                    cols["content_changed_at"] = now
+                    sources = vanished_by_md5.get(res.md5)
+                    if sources:
+                        old = sources.pop(0)
+                        renamed_sources.add(old)
+                        result.renamed.append(
+                            FileChange(cand.path, res.md5, cand.key.size, renamed_from=old)
                         )
                     else:
-                        if row.status == STATUS_INVALID:
-                            # Same bytes: the preprocessor's verdict still holds.
-                            cols["status"] = STATUS_INVALID
-                            cols.pop("error")
-                        result.touched.append(FileChange(cand.path, res.md5, cand.key.size))
-                if row is None:
-                    inserts.append(_new_row(cand.path, cols, now))
-                    if len(inserts) >= INSERT_BATCH:  # insert while the pool hashes the rest
-                        _bulk_insert(session, inserts)
-                        inserts = []
+                        result.new.append(FileChange(cand.path, res.md5, cand.key.size))
+                elif row.md5 != res.md5:
+                    cols["content_changed_at"] = now
+                    result.changed.append(
+                        FileChange(cand.path, res.md5, cand.key.size, previous_md5=row.md5)
+                    )
                 else:
-                    updates.append({"row_id": row.id, **cols})
-
-        for entry in refused.values():
-            row = _as_known(known.get(entry.path))
-            cols = {
-                "status": STATUS_REFUSED,
-                "error": entry.reason,
-                "md5": None,
-                "last_seen": now,
-                "last_scan_id": scan_row.id,
-                "deleted_at": None,
-                "size": None,
-                "mtime_ns": None,
-                "ctime_ns": None,
-                "inode": None,
-            }
-            result.refused.append((entry.path, entry.reason))
+                    if row.status == STATUS_INVALID:
+                        # Same bytes: the preprocessor's verdict still holds.
+                        cols["status"] = STATUS_INVALID
+                        cols.pop("error")
+                    result.touched.append(FileChange(cand.path, res.md5, cand.key.size))
             if row is None:
-                inserts.append(_new_row(entry.path, cols, now))
+                inserts.append(_new_row(cand.path, cols, now))
+                if len(inserts) >= INSERT_BATCH:  # insert while the pool hashes the rest
+                    tx.insert_rows(inserts)
+                    inserts = []
             else:
                 updates.append({"row_id": row.id, **cols})
 
-        for path in vanished:
-            row = _as_known(known[path])
-            # A rename's old path is gone, but its content was not deleted.
-            if path not in renamed_sources:
-                result.deleted.append(FileChange(path, row.md5))
-            updates.append({"row_id": row.id, "deleted_at": now, "last_scan_id": scan_row.id})
+    for entry in refused.values():
+        row = _as_known(known.get(entry.path))
+        cols = {
+            "status": STATUS_REFUSED,
+            "error": entry.reason,
+            "md5": None,
+            "last_seen": now,
+            "last_scan_id": result.scan_id,
+            "deleted_at": None,
+            "size": None,
+            "mtime_ns": None,
+            "ctime_ns": None,
+            "inode": None,
+        }
+        result.refused.append((entry.path, entry.reason))
+        if row is None:
+            inserts.append(_new_row(entry.path, cols, now))
+        else:
+            updates.append({"row_id": row.id, **cols})
 
-        _write(session, inserts, updates, dataset, scan_row.id, now)
-        result.seconds = time.perf_counter() - started
-        _finish_scan_row(scan_row, result)
-    return result
+    for path in vanished:
+        row = _as_known(known[path])
+        # A rename's old path is gone, but its content was not deleted.
+        if path not in renamed_sources:
+            result.deleted.append(FileChange(path, row.md5))
+        updates.append({"row_id": row.id, "deleted_at": now, "last_scan_id": result.scan_id})
+
+    # One set-based statement marks the present rows as seen; only real changes get per-row
+    # statements. It skips rows seen within LAST_SEEN_RESOLUTION: rewriting every row on every
+    # rescan doubled the cost of a no-change rescan (and grew SQLite's WAL by the whole table).
+    tx.mark_seen(dataset, result.scan_id, now, now - LAST_SEEN_RESOLUTION)
+    tx.insert_rows(inserts)
+    tx.update_rows(updates)
 
 
 def _collided(reason: str) -> str:
@@ -334,23 +372,7 @@ def _under_any(path: str, prefixes: list[str]) -> bool:
     return any(p == "" or path == p or path.startswith(p + "/") for p in prefixes)
 
 
-def _load_ledger(session: Session, dataset: str | None) -> dict[str, tuple]:
-    # Plain driver SQL: ORM/Core result processing (timezone-aware datetimes per row) costs
-    # more than the whole walk on a 20k-file no-change rescan.
-    sql = (
-        "SELECT id, path, size, mtime_ns, ctime_ns, inode, md5, status, "
-        "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files"
-    )
-    params: tuple[object, ...] = ()
-    if dataset is not None:
-        sql += " WHERE dataset = ?"
-        params = (dataset,)
-    fetched = driver_rows(session, sql, params)
-    # Raw driver tuples keyed by path; only the rows a scan actually touches become _Known.
-    return {row[1]: row for row in fetched}
-
-
-# Positions in a raw ledger tuple from _load_ledger.
+# Positions in a full ledger row (ledger_db._FULL_COLUMNS).
 _MD5, _STATUS, _DELETED = 6, 7, 8
 
 
@@ -362,91 +384,16 @@ def _as_known(raw: tuple | None) -> _Known | None:
     return _Known(row_id, key, md5, status, bool(deleted))
 
 
-def _write(
-    session: Session,
-    inserts: list[dict[str, object]],
-    updates: list[dict[str, object]],
-    dataset: str | None,
-    scan_id: int,
-    now: object,
-) -> None:
-    # One set-based statement marks the present rows as seen; only real changes get per-row
-    # statements. It skips rows seen within LAST_SEEN_RESOLUTION: rewriting every row on every
-    # rescan doubled the cost of a no-change rescan (and grew SQLite's WAL by the whole table).
-    seen = (
-        update(LedgerFile)
-        .where(
-            LedgerFile.deleted_at.is_(None),
-            LedgerFile.last_seen < now - LAST_SEEN_RESOLUTION,  # type: ignore[operator]
-        )
-        .values(last_seen=now, last_scan_id=scan_id)
-    )
-    if dataset is not None:
-        seen = seen.where(LedgerFile.dataset == dataset)
-    session.execute(seen)
-    if inserts:
-        _bulk_insert(session, inserts)
-    by_shape: dict[tuple[str, ...], list[dict[str, object]]] = {}
-    for u in updates:
-        by_shape.setdefault(tuple(sorted(u)), []).append(u)
-    table = LedgerFile.__table__
-    for shape, rows in by_shape.items():
-        values = {k: bindparam(k) for k in shape if k != "row_id"}
-        stmt = table.update().where(and_(table.c.id == bindparam("row_id"))).values(values)
-        session.connection().execute(stmt, rows)
-
-
-def _bulk_insert(session: Session, rows: list[dict[str, object]]) -> None:
-    """Insert ledger rows through the DBAPI's executemany.
-
-    A cold scan inserts one row per lake file; SQLAlchemy's per-row parameter processing
-    costs more than hashing the files. Values are converted once per distinct value with the
-    column type's own bind processor, so both backends store exactly what the ORM would.
-    """
-    conn = session.connection()
-    dialect = conn.dialect
-    table = LedgerFile.__table__
-    columns = sorted({key for row in rows for key in row})
-    converters = []
-    for i, name in enumerate(columns):
-        proc = table.c[name].type.bind_processor(dialect)
-        if dialect.name == "sqlite" and isinstance(table.c[name].type, UTCDateTime):
-            # pysqlite would adapt each datetime with isoformat(" ") per row; do it once.
-            proc = _sqlite_datetime(proc)
-        if proc is not None:
-            converters.append((i, proc, {}))
-    sql = (
-        f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
-    )
-    params = []
-    for row in rows:
-        values = [row.get(c) for c in columns]
-        for i, proc, cache in converters:  # every row of a scan shares one `now`: convert once
-            v = values[i]
-            if v is not None:
-                values[i] = cache[v] if v in cache else cache.setdefault(v, proc(v))
-        params.append(values)
-    driver_executemany(session, sql, params)
-
-
-def _sqlite_datetime(proc):  # type: ignore[no-untyped-def]
-    def convert(value):  # type: ignore[no-untyped-def]
-        value = proc(value) if proc is not None else value
-        return value.isoformat(" ") if hasattr(value, "isoformat") else value
-
-    return convert
-
-
-def _finish_scan_row(row: Scan, result: ScanResult) -> None:
-    row.finished_at = utcnow()
-    row.new = len(result.new)
-    row.changed = len(result.changed)
-    row.deleted = len(result.deleted)
-    row.renamed = len(result.renamed)
-    row.touched = len(result.touched)
-    row.unchanged = result.unchanged
-    row.refused = len(result.refused)
-    row.unreadable = len(result.unreadable)
-    row.settling = result.settling
-    row.bytes_hashed = result.bytes_hashed
-    row.seconds = result.seconds
+def _counts(result: ScanResult) -> dict[str, int]:
+    return {
+        "new": len(result.new),
+        "changed": len(result.changed),
+        "deleted": len(result.deleted),
+        "renamed": len(result.renamed),
+        "touched": len(result.touched),
+        "unchanged": result.unchanged,
+        "refused": len(result.refused),
+        "unreadable": len(result.unreadable),
+        "settling": result.settling,
+        "bytes_hashed": result.bytes_hashed,
+    }

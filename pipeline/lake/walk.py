@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import NamedTuple
 
 IGNORED_SUFFIXES = (".tmp", ".part")
@@ -96,10 +97,36 @@ def is_ignored_name(name: str, *, is_dir: bool) -> bool:
     return name.endswith(IGNORED_SUFFIXES)
 
 
+class FastPath:
+    """The ledger's fast path, applied inside the walk (``walk_lake(fast=...)``).
+
+    ``known`` maps a ledger path to its row ``(path, size, mtime_ns, ctime_ns, inode, ...)``
+    for every present file whose stat key can be trusted. The walk pops each file it finds;
+    a file whose stat key equals its row's is only counted (``unchanged``), never yielded, so a
+    no-change rescan builds no object per file. A popped row whose key moved is kept in
+    ``stale`` (the scan needs its id). What is left in ``known`` after the walk was not seen.
+    """
+
+    __slots__ = ("known", "stale", "unchanged", "matched_escapable")
+
+    def __init__(self, known: dict[str, tuple]) -> None:
+        self.known = known
+        self.stale: dict[str, tuple] = {}
+        self.unchanged = 0
+        # Matched paths with a backslash: only those can equal the escaped form of a name
+        # that is not UTF-8 (escape_path writes \xNN), so the scan can tell a collision.
+        self.matched_escapable: set[str] = set()
+
+
 def walk_lake(
-    lake: Path, *, dataset: str | None = None, settle_seconds: float = 0.0
+    lake: Path,
+    *,
+    dataset: str | None = None,
+    settle_seconds: float = 0.0,
+    fast: FastPath | None = None,
 ) -> Iterator[Entry]:
-    """Yield every entry under ``lake`` (or under ``lake/dataset``), stat only."""
+    """Yield every entry under ``lake`` (or under ``lake/dataset``), stat only. With ``fast``,
+    files that match their ledger row are counted there instead of yielded."""
     root = os.path.realpath(lake)
     settle_ns = int(settle_seconds * 1e9)
     now_ns = time.time_ns()
@@ -107,7 +134,7 @@ def walk_lake(
         top = os.path.join(root, dataset)
         if not os.path.isdir(top):
             return
-        yield from _walk_dir(root, top, dataset, now_ns, settle_ns)
+        yield from _walk_dir(root, top, dataset, now_ns, settle_ns, fast)
         return
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
@@ -125,62 +152,91 @@ def walk_lake(
         if is_dir:
             # A folder with an undecodable name is still walked: each file under it is refused
             # on its own, named by its escaped path.
-            yield from _walk_dir(root, entry.path, entry.name, now_ns, settle_ns)
+            yield from _walk_dir(root, entry.path, entry.name, now_ns, settle_ns, fast)
         else:
             yield Refused(
                 escape_path(entry.name), "not inside a dataset folder (lake/<dataset>/...)"
             )
 
 
-def _walk_dir(root: str, folder: str, rel: str, now_ns: int, settle_ns: int) -> Iterator[Entry]:
-    # An explicit stack, not recursion: with nested generators every entry would be passed up
-    # through one generator frame per folder level, which costs more than the stat itself.
-    is_reg = stat_mod.S_ISREG
+def _walk_dir(
+    root: str, folder: str, rel: str, now_ns: int, settle_ns: int, fast: FastPath | None
+) -> Iterator[Entry]:
+    # The hot loop of every scan: at a million files each attribute lookup or call per file
+    # shows. An explicit stack, not recursion (nested generators would pass every entry up one
+    # frame per folder level); the ignore rules of is_ignored_name inlined; UTF-8 checked once
+    # per folder and only for non-ASCII names.
+    is_reg = S_ISREG
+    known = fast.known if fast is not None else {}
+    pop = known.pop
+    stale = fast.stale if fast is not None else {}
+    unchanged = 0
     stack = [(folder, rel)]
-    while stack:
-        folder, rel = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError as exc:
-            yield Unlistable(escape_path(rel), f"cannot list folder: {exc.strerror or exc}")
-            continue
-        for entry in entries:
-            name = entry.name
-            relpath = f"{rel}/{name}"
+    try:
+        while stack:
+            folder, rel = stack.pop()
             try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if is_ignored_name(name, is_dir=is_dir):
-                    continue
-                if is_dir:
-                    stack.append((entry.path, relpath))
-                    continue
-                if not is_utf8(relpath):
-                    # Before the settle check: the verdict does not depend on the bytes.
-                    yield Refused(escape_path(relpath), NOT_UTF8_REASON)
-                    continue
-                if entry.is_symlink():
-                    verdict = _check_symlink(root, entry.path, relpath)
-                    if verdict is not None:
-                        yield verdict
-                        continue
-                    st = os.stat(entry.path)
-                else:
-                    st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # vanished between listing and stat: it simply is not there this round
+                with os.scandir(folder) as it:
+                    entries = list(it)
             except OSError as exc:
-                yield Refused(escape_path(relpath), f"cannot stat: {exc.strerror or exc}")
+                yield Unlistable(escape_path(rel), f"cannot list folder: {exc.strerror or exc}")
                 continue
-            if not is_reg(st.st_mode):
-                yield Refused(relpath, f"special file ({_kind(st.st_mode)}), not a regular file")
-                continue
-            mtime = st.st_mtime_ns
-            if now_ns - mtime < settle_ns:
-                yield Settling(relpath)
-                continue
-            yield Candidate(
-                relpath, entry.path, StatKey(st.st_size, mtime, st.st_ctime_ns, st.st_ino)
-            )
+            rel_utf8 = is_utf8(rel)
+            for entry in entries:
+                name = entry.name
+                relpath = f"{rel}/{name}"
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if name[0] not in "._":
+                            stack.append((entry.path, relpath))
+                        continue
+                    if name[0] == "." or name.endswith(IGNORED_SUFFIXES):
+                        continue
+                    if not (rel_utf8 and (name.isascii() or is_utf8(name))):
+                        # Before the settle check: the verdict does not depend on the bytes.
+                        yield Refused(escape_path(relpath), NOT_UTF8_REASON)
+                        continue
+                    if entry.is_symlink():
+                        verdict = _check_symlink(root, entry.path, relpath)
+                        if verdict is not None:
+                            yield verdict
+                            continue
+                        st = os.stat(entry.path)
+                    else:
+                        st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # vanished between listing and stat: not there this round
+                except OSError as exc:
+                    yield Refused(escape_path(relpath), f"cannot stat: {exc.strerror or exc}")
+                    continue
+                if not is_reg(st.st_mode):
+                    yield Refused(
+                        relpath, f"special file ({_kind(st.st_mode)}), not a regular file"
+                    )
+                    continue
+                mtime = st.st_mtime_ns
+                row = pop(relpath, None)
+                if now_ns - mtime < settle_ns:
+                    yield Settling(relpath)  # popped: it exists, it is just not ready
+                    continue
+                if row is not None:
+                    if (
+                        row[1] == st.st_size
+                        and row[2] == mtime
+                        and row[3] == st.st_ctime_ns
+                        and row[4] == st.st_ino
+                    ):
+                        unchanged += 1
+                        if "\\" in relpath:
+                            fast.matched_escapable.add(relpath)  # type: ignore[union-attr]
+                        continue
+                    stale[relpath] = row
+                yield Candidate(
+                    relpath, entry.path, StatKey(st.st_size, mtime, st.st_ctime_ns, st.st_ino)
+                )
+    finally:
+        if fast is not None:
+            fast.unchanged += unchanged
 
 
 def _check_symlink(root: str, path: str, relpath: str) -> Refused | None:

@@ -12,9 +12,14 @@ from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipeline.metadata.fastpath import (  # noqa: F401 - StoreVersionError is caught from here
+    MIGRATIONS_DIR,
+    StoreVersionError,
+    migration_revisions,
+    revision_state,
+)
 from pipeline.redact import redact_text, redact_url
 
-MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # libpq's connect timeout (seconds) unless the URL sets ``connect_timeout``: an unreachable
 # host must fail a command in seconds, not after the OS's TCP timeout (minutes).
 CONNECT_TIMEOUT_S = 10
@@ -94,19 +99,19 @@ def alembic_config(url: str):  # -> alembic.config.Config, imported lazily (slow
 
 
 def head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
-    heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
-    if len(heads) != 1:
-        raise RuntimeError(f"migrations have {len(heads)} heads: {heads}")
-    return heads[0]
+    """The migrations' head, read off the migration files (no Alembic import)."""
+    return migration_revisions().head
 
 
 def current_revision(engine: Engine) -> str | None:
-    from alembic.runtime.migration import MigrationContext
+    """The store's ``alembic_version`` row (None: never migrated). Plain SQL: loading Alembic
+    to read one row cost more than a no-change scan."""
+    from sqlalchemy import inspect
 
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -133,7 +138,8 @@ class MetadataStore:
     def __init__(self, url: str, *, auto_upgrade: bool = True) -> None:
         self.url = url
         self.engine = make_engine(url)
-        if auto_upgrade and current_revision(self.engine) != head_revision():
+        # A newer store (unknown revision) raises StoreVersionError here: never downgrade it.
+        if auto_upgrade and revision_state(current_revision(self.engine)) != "current":
             upgrade(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 

@@ -1,0 +1,255 @@
+"""The scan's SQL, on a plain DBAPI connection: the lake's lock row, the scan row, the ledger
+load and the writes, on SQLite (``sqlite3``) and PostgreSQL (psycopg) alike.
+
+No SQLAlchemy here: `laketrain scan` on a SQLite store at head runs without importing it
+(pipeline.metadata.fastpath), and inside a store's session the same SQL runs on the session's
+own DBAPI connection. SQL is written with ``?`` markers; psycopg gets ``%s``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+STATUS_OK = "ok"  # the statuses of pipeline.metadata.ledger (a test keeps them equal)
+STATUS_UNREADABLE = "unreadable"
+STATUS_INVALID = "invalid"
+STATUS_REFUSED = "refused"
+
+# Rows the fast path may trust: present, a verdict that holds while the bytes do, a full key.
+_FAST = (
+    "deleted_at IS NULL AND status IN ('ok', 'invalid') AND size IS NOT NULL "
+    "AND mtime_ns IS NOT NULL AND ctime_ns IS NOT NULL AND inode IS NOT NULL"
+)
+_FULL_COLUMNS = (
+    "id, path, size, mtime_ns, ctime_ns, inode, md5, status, "
+    "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END"
+)
+_ID_BATCH = 500
+_SQLITE_BUSY_MS = 600_000  # restored after a non-waiting lock attempt (the engine's default)
+_SCAN_COUNTS = (
+    "new",
+    "changed",
+    "deleted",
+    "renamed",
+    "touched",
+    "unchanged",
+    "refused",
+    "unreadable",
+    "settling",
+    "bytes_hashed",
+)
+
+
+class LockBusyError(RuntimeError):
+    """Another scan holds the lake's lock row and the caller chose not to wait."""
+
+
+class LedgerTx:
+    """One transaction on a DBAPI connection; ``dialect`` is ``sqlite`` or ``postgresql``."""
+
+    def __init__(self, conn: Any, dialect: str) -> None:
+        self.conn = conn
+        self.dialect = dialect
+        self._qmark = dialect == "sqlite"
+
+    def _sql(self, sql: str) -> str:
+        return sql if self._qmark else sql.replace("?", "%s")
+
+    def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        cursor = self.conn.cursor()
+        try:
+            cursor.execute(self._sql(sql), tuple(params))
+            return cursor.fetchall()
+        finally:
+            cursor.close()
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> None:
+        cursor = self.conn.cursor()
+        try:
+            cursor.execute(self._sql(sql), tuple(params))
+        finally:
+            cursor.close()
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        if not rows:
+            return
+        cursor = self.conn.cursor()
+        try:
+            cursor.executemany(self._sql(sql), rows)
+        finally:
+            cursor.close()
+
+    def ts(self, value: datetime) -> object:
+        """A timestamp as the ORM's UTCDateTime stores it: SQLite text in UTC, else as is."""
+        if self._qmark:
+            return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        return value
+
+    # ------------------------------------------------------------------ lock and scan row
+
+    def ensure_lock_row(self, lake: str) -> None:
+        # Read first: an INSERT, even one that does nothing, waits for SQLite's write lock,
+        # which a running scan holds; a scan with wait=False must reach take_lock_row at once.
+        if not self.rows("SELECT 1 FROM lake_locks WHERE lake = ?", (lake,)):
+            self.execute(
+                "INSERT INTO lake_locks (lake) VALUES (?) ON CONFLICT (lake) DO NOTHING", (lake,)
+            )
+
+    def take_lock_row(self, lake: str, *, wait: bool, now: datetime) -> None:
+        """Hold the lake's lock row until this transaction ends (PostgreSQL's row lock,
+        SQLite's write lock); with ``wait=False`` raise LockBusyError at once when held."""
+        if not wait:
+            if self._qmark:
+                self.execute("PRAGMA busy_timeout = 0")
+            else:
+                self.execute("SET LOCAL lock_timeout = '1ms'")
+        try:
+            self.execute(
+                "UPDATE lake_locks SET holder = ?, since = ? WHERE lake = ?",
+                (f"{socket.gethostname()}:{os.getpid()}", self.ts(now), lake),
+            )
+        except _operational_errors() as exc:
+            raise LockBusyError(f"lake_locks {lake!r} is held by another writer") from exc
+        finally:
+            if self._qmark and not wait:
+                self.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_MS}")
+
+    def insert_scan(self, lake: str, dataset: str | None, now: datetime) -> int:
+        zeros = ", ".join("0" for _ in _SCAN_COUNTS)
+        (row,) = self.rows(
+            f"INSERT INTO scans (lake, dataset, started_at, {', '.join(_SCAN_COUNTS)}, seconds) "
+            f"VALUES (?, ?, ?, {zeros}, 0) RETURNING id",
+            (lake, dataset, self.ts(now)),
+        )
+        return int(row[0])
+
+    def finish_scan(self, scan_id: int, counts: dict[str, int], seconds: float) -> None:
+        sets = ", ".join(f"{name} = ?" for name in _SCAN_COUNTS)
+        self.execute(
+            f"UPDATE scans SET finished_at = ?, {sets}, seconds = ? WHERE id = ?",
+            (
+                self.ts(datetime.now(UTC)),
+                *(counts[name] for name in _SCAN_COUNTS),
+                seconds,
+                scan_id,
+            ),
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    def load_fast(self, dataset: str | None) -> dict[str, tuple]:
+        """``path -> (path, size, mtime_ns, ctime_ns, inode, id)`` for the rows the fast path
+        may trust: six small values per file instead of the whole row (a 1M-file ledger)."""
+        sql = f"SELECT path, size, mtime_ns, ctime_ns, inode, id FROM ledger_files WHERE {_FAST}"
+        cursor = self.conn.cursor()
+        try:
+            cursor.execute(*self._where_dataset(sql, dataset))
+            return {row[0]: row for row in cursor}
+        finally:
+            cursor.close()
+
+    def load_others(self, dataset: str | None) -> dict[str, tuple]:
+        """Full rows (``_FULL_COLUMNS``) of everything else: deleted, unreadable, refused."""
+        sql = f"SELECT {_FULL_COLUMNS} FROM ledger_files WHERE NOT ({_FAST})"
+        cursor = self.conn.cursor()
+        try:
+            cursor.execute(*self._where_dataset(sql, dataset))
+            return {row[1]: row for row in cursor}
+        finally:
+            cursor.close()
+
+    def full_rows(self, ids: Sequence[int]) -> dict[str, tuple]:
+        """Full rows by id (the few fast-path rows a scan must look at closely)."""
+        out: dict[str, tuple] = {}
+        for i in range(0, len(ids), _ID_BATCH):
+            batch = ids[i : i + _ID_BATCH]
+            marks = ", ".join("?" * len(batch))
+            for row in self.rows(
+                f"SELECT {_FULL_COLUMNS} FROM ledger_files WHERE id IN ({marks})", batch
+            ):
+                out[row[1]] = row
+        return out
+
+    def _where_dataset(self, sql: str, dataset: str | None) -> tuple[str, tuple]:
+        if dataset is None:
+            return self._sql(sql), ()
+        return self._sql(sql + " AND dataset = ?"), (dataset,)
+
+    # ------------------------------------------------------------------ writes
+
+    def mark_seen(self, dataset: str | None, scan_id: int, now: datetime, older: datetime) -> None:
+        sql = (
+            "UPDATE ledger_files SET last_seen = ?, last_scan_id = ? "
+            "WHERE deleted_at IS NULL AND last_seen < ?"
+        )
+        params: list[object] = [self.ts(now), scan_id, self.ts(older)]
+        if dataset is not None:
+            sql += " AND dataset = ?"
+            params.append(dataset)
+        self.execute(sql, params)
+
+    def insert_rows(self, rows: list[dict[str, object]]) -> None:
+        if not rows:
+            return
+        columns = sorted({key for row in rows for key in row})
+        sql = (
+            f"INSERT INTO ledger_files ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})"
+        )
+        self.executemany(sql, [[self._value(row.get(c)) for c in columns] for row in rows])
+
+    def update_rows(self, updates: list[dict[str, object]]) -> None:
+        by_shape: dict[tuple[str, ...], list[dict[str, object]]] = {}
+        for u in updates:
+            by_shape.setdefault(tuple(sorted(k for k in u if k != "row_id")), []).append(u)
+        for shape, rows in by_shape.items():
+            sets = ", ".join(f"{k} = ?" for k in shape)
+            self.executemany(
+                f"UPDATE ledger_files SET {sets} WHERE id = ?",
+                [[*(self._value(r[k]) for k in shape), r["row_id"]] for r in rows],
+            )
+
+    def _value(self, value: object) -> object:
+        return self.ts(value) if isinstance(value, datetime) else value
+
+
+def _operational_errors() -> tuple[type[BaseException], ...]:
+    import sqlite3
+
+    errors: list[type[BaseException]] = [sqlite3.OperationalError]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        errors.append(psycopg.OperationalError)
+    return tuple(errors)
+
+
+@contextmanager
+def store_transaction(store: Any) -> Iterator[LedgerTx]:
+    """A LedgerTx on a MetadataStore session's own connection (committed with the session)."""
+    with store.session() as session:
+        conn = session.connection()
+        yield LedgerTx(conn.connection, conn.dialect.name)
+
+
+@contextmanager
+def sqlite_transaction(conn: Any) -> Iterator[LedgerTx]:
+    """A LedgerTx on a plain ``sqlite3`` connection: committed on success, else rolled back;
+    "database is locked" past the busy timeout is StoreBusyError, as through the engine."""
+    import sqlite3
+
+    try:
+        yield LedgerTx(conn, "sqlite")
+        conn.commit()
+    except BaseException as exc:
+        conn.rollback()
+        if isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc):
+            from pipeline.metadata.store import StoreBusyError
+
+            raise StoreBusyError("the metadata store is locked by another writer") from exc
+        raise
