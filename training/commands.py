@@ -17,7 +17,15 @@ def register(app: typer.Typer) -> None:
     )
     def train(ctx: typer.Context) -> None:
         """Train on a dataset version: the same entry as `python -m training` (flags override
-        the TRAIN_* / DATASET_* environment). `laketrain train --help` lists every flag."""
+        the TRAIN_* / DATASET_* environment). `laketrain train --help` lists every flag.
+        With `--command "…"` (or `--image IMAGE`) it runs your own trainer instead, with the
+        same environment contract, and records the run (docs/trainer-contract.md)."""
+        from pipeline.orchestration.user_run import wants_user_command
+
+        if wants_user_command(ctx.args):
+            from pipeline.orchestration.user_run import run
+
+            raise typer.Exit(run(list(ctx.args)))
         from training.__main__ import main
 
         raise typer.Exit(main(list(ctx.args)))
