@@ -183,3 +183,76 @@ def test_aws_from_the_airflow_connection_wins(monkeypatch: pytest.MonkeyPatch) -
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
         "AWS_DEFAULT_REGION": "eu-west-1",
     }
+
+
+# ------------------------------------------------------------------ a user's own trainer
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"lower": "x"}, "env: variable names must match [A-Z_][A-Z0-9_]*"),
+        ({"9LIVES": "x"}, "env: variable names must match"),
+        ({"AWS_ACCESS_KEY_ID": "x"}, "env: AWS_ACCESS_KEY_ID is part of the environment contract"),
+        ({"DATASET_VERSION": "x"}, "env: DATASET_VERSION is part of the environment contract"),
+        ({"DATA_ROOT": "/x"}, "env: DATA_ROOT is part"),
+        ({"RUN_ID": "x"}, "env: RUN_ID is part"),
+        ({"CHECKPOINT_URL": "s3://x"}, "env: CHECKPOINT_URL is part"),
+        ({"METADATA_DB_URL": "sqlite://"}, "env: METADATA_DB_URL is part"),
+        ({"TRAIN_LR": "1"}, "env: TRAIN_LR is set from the form's 'lr' field"),
+        ({"TRAIN_DEVICE": "cuda"}, "env: TRAIN_DEVICE is set from the form's 'gpus' field"),
+        ({f"V{i}": "x" for i in range(65)}, "env: at most 64 variables, got 65"),
+        ({"NESTED": {"a": 1}}, "env: NESTED must be a string, number or boolean"),
+        ("[1, 2]", "env: must be a JSON object"),
+        ("{not json", "env: not a JSON object"),
+    ],
+)
+def test_an_env_that_would_break_the_contract_is_refused_naming_it(env, needle: str) -> None:
+    with pytest.raises(ContractError) as info:
+        TrainParams.from_mapping({"dataset": "digits", "env": env})
+    assert needle in str(info.value)
+
+
+def test_a_users_env_is_added_to_the_contract_as_strings() -> None:
+    p = TrainParams.from_mapping(
+        {
+            "dataset": "digits",
+            "env": '{"MY_WARMUP": 100, "USE_X": true, "NAME": "a b", "_PRIVATE": "1"}',
+        }
+    )
+    assert dict(p.env) == {"MY_WARMUP": "100", "USE_X": "true", "NAME": "a b", "_PRIVATE": "1"}
+    assert TrainParams.from_mapping(p.to_dict()) == p
+    env = build_trainer_env(
+        p,
+        run_id="r",
+        version_id="v" * 64,
+        data_root="/d",
+        checkpoint_url="s3://b",
+        metadata_db_url=None,
+        basics={"PATH": "/usr/bin"},
+    )
+    assert env.public["MY_WARMUP"] == "100" and env.public["RUN_ID"] == "r"
+    assert TrainParams.from_mapping({"dataset": "digits", "env": {f"V{i}": "" for i in range(64)}})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("cpu", "four", "cpu: must be like 2, 0.5 or 500m"),
+        ("memory", "16 GB", "memory: must be like 512Mi, 16Gi or 2G"),
+        ("image", "team/x:1 --privileged", "image: must not contain white space"),
+        ("command", "python 'unterminated", "command: No closing quotation"),
+    ],
+)
+def test_bad_launch_fields_are_refused_naming_them(field: str, value: str, needle: str) -> None:
+    with pytest.raises(ContractError) as info:
+        TrainParams.from_mapping({"dataset": "digits", field: value})
+    assert needle in str(info.value)
+
+
+def test_cpu_and_memory_take_kubernetes_quantities() -> None:
+    p = TrainParams.from_mapping({"dataset": "digits", "cpu": "500m", "memory": "16Gi"})
+    assert (p.cpu, p.memory) == ("500m", "16Gi")
+    assert (
+        TrainParams.from_mapping({"dataset": "digits", "cpu": "2.5", "memory": "1G"}).cpu == "2.5"
+    )

@@ -115,3 +115,8 @@ def test_other_datasets_of_the_same_event_get_their_own_runs(recipes: Path) -> N
     assert confs == [
         {**FORM, "dataset": "auto2", "dataset_version": "b1"}
     ]  # not manual, not the one trained here
+
+
+def test_an_env_overriding_the_contract_is_refused_at_the_first_task(recipes: Path) -> None:
+    with pytest.raises(tasks.RunRefused, match="env: RUN_ID is part of the environment contract"):
+        tasks.choose_params({**FORM, "env": {"RUN_ID": "mine"}}, [])
