@@ -1,8 +1,15 @@
 """The ``laketrain`` command line. Each area registers its own commands; this module only
-wires them together and turns known errors into a clean message and exit code."""
+wires them together and turns known errors into a clean message and exit code.
+
+Start-up is part of every command's cost (`laketrain scan` of an unchanged lake is mostly
+start-up): nothing heavy is imported here at module level. rich is loaded when something is
+printed (``console``/``err_console`` are made on first use), SQLAlchemy, Alembic and each
+command's own modules inside the command.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -10,24 +17,40 @@ from typing import Annotated, Any
 
 import click
 import typer
-from rich.console import Console
-from rich.table import Table
 from typer.core import TyperGroup
 
 from pipeline.settings import SettingsError, get_settings
 
 
-class _Console(Console):
-    """Wraps long lines only on a terminal: a message written to a file or a pipe stays one
-    line, whatever COLUMNS says, so it can be grepped and logged whole."""
+def _make_console(*, stderr: bool = False):  # -> rich.console.Console
+    from rich.console import Console
 
-    @property  # type: ignore[override]
-    def soft_wrap(self) -> bool:
-        return not self.is_terminal
+    class _Console(Console):
+        """Wraps long lines only on a terminal: a message written to a file or a pipe stays
+        one line, whatever COLUMNS says, so it can be grepped and logged whole."""
 
-    @soft_wrap.setter
-    def soft_wrap(self, value: bool) -> None:  # Console.__init__ assigns it; ignore that
-        pass
+        @property  # type: ignore[override]
+        def soft_wrap(self) -> bool:
+            return not self.is_terminal
+
+        @soft_wrap.setter
+        def soft_wrap(self, value: bool) -> None:  # Console.__init__ assigns it; ignore it
+            pass
+
+    return _Console(stderr=stderr)
+
+
+_consoles: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: `cli.console` / `cli.err_console` (used by every area's commands) are made on
+    # first use, so a command that prints nothing through rich never imports it.
+    if name in ("console", "err_console"):
+        if name not in _consoles:
+            _consoles[name] = _make_console(stderr=name == "err_console")
+        return _consoles[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _LaketrainGroup(TyperGroup):
@@ -54,10 +77,13 @@ def store_error_message(exc: BaseException, argv: list[str]) -> str | None:
     """One line for a metadata-store failure (password masked), or None for other errors."""
     from sqlalchemy.exc import DBAPIError
 
+    from pipeline.metadata.fastpath import StoreVersionError
     from pipeline.metadata.store import StoreBusyError, StoreUnavailable
     from pipeline.redact import redact_text, redact_url
 
     retry = f"retry `{shlex.join(['laketrain', *argv])}`"
+    if isinstance(exc, StoreVersionError):
+        return str(exc)
     if isinstance(exc, StoreUnavailable):
         return f"{exc}. Nothing was half-published; {retry} once the store is reachable."
     if isinstance(exc, StoreBusyError):
@@ -82,12 +108,10 @@ if "pretty_exit_codes" in typer.Typer.__init__.__code__.co_varnames:
 app = typer.Typer(**_APP_OPTIONS)
 db_app = typer.Typer(help="The metadata store.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-console = _Console()
-err_console = _Console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    __getattr__("err_console").print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
     raise typer.Exit(code)
 
 
@@ -103,7 +127,7 @@ def db_upgrade(revision: str = "head") -> None:
     url = get_settings().database_url
     engine = make_engine(url)
     upgrade(engine, revision)
-    console.print(f"metadata store at revision [bold]{current_revision(engine)}[/]")
+    _out().print(f"metadata store at revision [bold]{current_revision(engine)}[/]")
 
 
 @db_app.command("current")
@@ -111,7 +135,7 @@ def db_current() -> None:
     """Print the metadata store's migration revision."""
     from pipeline.metadata.store import current_revision, make_engine
 
-    console.print(current_revision(make_engine(get_settings().database_url)) or "(empty)")
+    _out().print(current_revision(make_engine(get_settings().database_url)) or "(empty)")
 
 
 @app.command("sample-lake")
@@ -126,12 +150,12 @@ def sample_lake(
     lake = get_settings().lake_dir
     written = create_sample_lake(lake, force=force)
     if written:
-        console.print(
+        _out().print(
             f"sample lake written to {lake}: "
             + ", ".join(f"{k} {v} files" for k, v in written.items())
         )
     else:
-        console.print(f"lake {lake} already has data; nothing written")
+        _out().print(f"lake {lake} already has data; nothing written")
 
 
 SCAN_COUNTS = (
@@ -158,24 +182,18 @@ def scan_cmd(
     ] = True,
 ) -> None:
     """Walk the lake, hash new or changed files, and record them in the ledger."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
     from pipeline.lake.scan import ScanBusyError, scan
 
     settings = get_settings()
-    show_bar = console.is_terminal and not as_json
-    progress = Progress(
-        "hashing", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), disable=not show_bar
-    )
-    task = progress.add_task("hash", total=None)
+    progress, on_total, on_progress = _hash_progress(show=not as_json)
     try:
         with progress:
             result = scan(
                 settings.lake_dir,
                 dataset=dataset,
                 wait=wait,
-                on_total=lambda n: progress.update(task, total=n),
-                on_progress=lambda n: progress.advance(task, n),
+                on_total=on_total,
+                on_progress=on_progress,
             )
     except ScanBusyError as exc:
         fail(str(exc), code=3)
@@ -184,6 +202,9 @@ def scan_cmd(
     if as_json:
         print_json(result.to_json())
         return
+    from rich.table import Table
+
+    console = _out()
     summary = result.summary()
     title = f"scan {result.scan_id} of {settings.lake_dir}" + (f" / {dataset}" if dataset else "")
     table = Table(title=title, show_header=False)
@@ -198,6 +219,25 @@ def scan_cmd(
     )
     for path, reason in result.refused + result.unreadable:
         console.print(f"  [yellow]skipped[/] {path}: {reason}", markup=True, highlight=False)
+
+
+def _hash_progress(*, show: bool):  # -> (context manager, on_total, on_progress)
+    """A hashing progress bar on a terminal; off one (a pipe, --json) no bar and no rich."""
+    if not (show and _out().is_terminal):
+        return contextlib.nullcontext(), None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    progress = Progress("hashing", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    task = progress.add_task("hash", total=None)
+    return (
+        progress,
+        lambda n: progress.update(task, total=n),
+        lambda n: progress.advance(task, n),
+    )
+
+
+def _out():  # -> the stdout rich Console
+    return __getattr__("console")
 
 
 @app.command("files")
@@ -223,6 +263,8 @@ def files_cmd(
     if as_json:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table(title=f"{len(rows)} ledger rows")
     for col in ("path", "size", "md5", "status", "last_seen", "error"):
         table.add_column(col, overflow="fold")
@@ -235,7 +277,7 @@ def files_cmd(
             str(row["last_seen"])[:19],
             row["error"] or "",
         )
-    console.print(table)
+    _out().print(table)
 
 
 def _register_areas() -> None:
@@ -251,7 +293,7 @@ def main() -> None:
     try:
         get_settings()
     except SettingsError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        __getattr__("err_console").print(f"[bold red]error:[/] {exc}", highlight=False)
         raise SystemExit(2) from None
     app()
 
