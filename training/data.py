@@ -211,11 +211,11 @@ class VersionDataset(torch.utils.data.IterableDataset):
         """This rank's batches (split indices) of ``epoch`` from global position ``cursor``."""
         order = self.order(self.epoch if epoch is None else epoch)
         g, r, w = self.global_batch, self.rank, self.world_size
-        out = []
-        for start in self._starts(cursor):
-            mine = order[start : start + g][r::w]
-            if len(mine):
-                out.append(mine.tolist())
+        full = (self.n - cursor) // g  # whole steps left: one reshape, one tolist
+        out = order[cursor : cursor + full * g].reshape(full, g)[:, r::w].tolist()
+        tail = order[cursor + full * g :][r::w]
+        if not self.drop_last and len(tail):
+            out.append(tail.tolist())
         return out
 
     def set_epoch(self, epoch: int) -> None:
