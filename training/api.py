@@ -12,7 +12,8 @@ never Airflow. Reference: docs/training-api.md.
     stop = api.Preemption().install()                 # SIGTERM -> stop.requested
 
 The names below are stable: `open_version`, `VersionDataset`, `CheckpointManager`,
-`checkpoints`, `Preemption`, `RunReport`, `init_distributed`, `DistInfo` and the exit codes.
+`checkpoints`, `Preemption`, `RunReport`, `init_distributed`, `DistInfo`, `ContractError` and
+the exit codes.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PREEMPTED",
     "CheckpointManager",
+    "ContractError",
     "DistInfo",
     "Preemption",
     "RunReport",

@@ -49,6 +49,18 @@ def contract(
     get_settings.cache_clear()
 
 
+def test_the_api_imports_without_airflow() -> None:
+    code = (
+        "import sys; from training import api; "
+        "assert 'airflow' not in sys.modules, 'airflow imported'; print(sorted(api.__all__))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "VersionDataset" in proc.stdout and "open_version" in proc.stdout
+
+
 def test_open_version_with_no_arguments_reads_the_contract(
     digits: dict[str, Any], contract: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
