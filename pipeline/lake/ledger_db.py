@@ -183,17 +183,6 @@ class LedgerTx:
 
     # ------------------------------------------------------------------ writes
 
-    def mark_seen(self, dataset: str | None, scan_id: int, now: datetime, older: datetime) -> None:
-        sql = (
-            "UPDATE ledger_files SET last_seen = ?, last_scan_id = ? "
-            "WHERE deleted_at IS NULL AND last_seen < ?"
-        )
-        params: list[object] = [self.ts(now), scan_id, self.ts(older)]
-        if dataset is not None:
-            sql += " AND dataset = ?"
-            params.append(dataset)
-        self.execute(sql, params)
-
     def insert_rows(self, rows: list[dict[str, object]]) -> None:
         if not rows:
             return

@@ -7,6 +7,7 @@ import re
 
 from sqlalchemy import select
 
+from pipeline.lake.last_seen import LastSeen
 from pipeline.lake.walk import escape_path
 from pipeline.metadata.ledger import LedgerFile
 from pipeline.metadata.store import MetadataStore, open_store
@@ -45,6 +46,7 @@ def list_files(
             query = query.where(LedgerFile.path.startswith(prefix, autoescape=True))
     rows = []
     with store.session() as session:
+        seen = LastSeen(session)
         for f in session.scalars(query):
             if path_glob and not fnmatch.fnmatchcase(f.path, path_glob):
                 continue
@@ -57,7 +59,7 @@ def list_files(
                     "status": "deleted" if f.deleted_at else f.status,
                     "error": f.error,
                     "first_seen": f.first_seen.isoformat(),
-                    "last_seen": f.last_seen.isoformat(),
+                    "last_seen": seen.of(f).isoformat(),
                     "deleted_at": f.deleted_at.isoformat() if f.deleted_at else None,
                 }
             )

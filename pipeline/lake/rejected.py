@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from pipeline.lake.last_seen import LastSeen
 from pipeline.metadata.ledger import (
     STATUS_INVALID,
     STATUS_REFUSED,
@@ -31,9 +32,11 @@ def _live_rejected() -> tuple[Any, Any]:
     return LedgerFile.status.in_(REJECTED_STATUSES), LedgerFile.deleted_at.is_(None)
 
 
-def rejected_dict(f: LedgerFile) -> dict[str, Any]:
+def rejected_dict(f: LedgerFile, seen: LastSeen | None = None) -> dict[str, Any]:
     """One rejected file as the CLI and the UI show it. ``since`` is when these bytes were
-    first seen (the verdict holds until the content changes); ``last_seen`` the last scan."""
+    first seen (the verdict holds until the content changes); ``last_seen`` the last scan
+    (pipeline.lake.last_seen; without ``seen``, the row's own column)."""
+    last_seen = seen.of(f) if seen is not None else f.last_seen
     return {
         "path": f.path,
         "dataset": f.dataset,
@@ -42,7 +45,7 @@ def rejected_dict(f: LedgerFile) -> dict[str, Any]:
         "md5": f.md5,
         "size": f.size,
         "since": f.content_changed_at.isoformat() if f.content_changed_at else None,
-        "last_seen": f.last_seen.isoformat() if f.last_seen else None,
+        "last_seen": last_seen.isoformat() if last_seen else None,
     }
 
 
@@ -67,7 +70,8 @@ def rejected_files(
             .limit(max(0, int(limit)))
             .offset(max(0, int(offset)))
         ).all()
-        items = [rejected_dict(f) for f in rows]
+        seen = LastSeen(session)
+        items = [rejected_dict(f, seen) for f in rows]
     return {
         "dataset": dataset,
         "total": int(total),
@@ -99,10 +103,12 @@ def find_rejected(
     if not key:
         return []
     with store.session() as session:
+        seen = LastSeen(session)
         base = select(LedgerFile).where(*_live_rejected()).order_by(LedgerFile.path).limit(limit)
         if _MD5.fullmatch(key):
             return [
-                rejected_dict(f) for f in session.scalars(base.where(LedgerFile.md5 == key.lower()))
+                rejected_dict(f, seen)
+                for f in session.scalars(base.where(LedgerFile.md5 == key.lower()))
             ]
         path = key.lstrip("/")
         found = session.scalars(base.where(LedgerFile.path == path)).all()
@@ -113,4 +119,4 @@ def find_rejected(
             candidates = [f"{n}/{path}" for n in names if n]
             if candidates:
                 found = session.scalars(base.where(LedgerFile.path.in_(candidates))).all()
-        return [rejected_dict(f) for f in found]
+        return [rejected_dict(f, seen) for f in found]
