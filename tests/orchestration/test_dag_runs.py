@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+USER_TRAINER = Path(__file__).with_name("user_trainer.py")
 FAST_TRAIN = {
     "dataset": "digits",
     "epochs": 1,
@@ -21,6 +22,7 @@ FAST_TRAIN = {
     "gpus": 0,
     "seed": 1,
 }
+USER_TRAIN = {**FAST_TRAIN, "dataset_version": "latest"}
 
 
 def write_digits_subset(lake: Path, per_class: int) -> int:
@@ -75,6 +77,21 @@ def dag_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
             ["train", {**FAST_TRAIN, "epoch": 2}, "train-typo-key"],
             ["train", {**FAST_TRAIN, "gpus": -2}, "train-gpus-minus-2"],
             ["train", {**FAST_TRAIN, "dataset": "photos"}, "train-unlabelled"],
+            # A user's own trainer (a real script reading the contract) through the form's fields.
+            # dataset_version explicit: dag.test() in one process keeps the conf of an earlier
+            # run (train-missing-version) in the DAG's params.
+            [
+                "train",
+                {**USER_TRAIN, "command": f"python {USER_TRAINER}", "env": {"USER_FLAG": "dag"}},
+                "train-user-command",
+            ],
+            [
+                "train",
+                {**USER_TRAIN, "command": f"python {USER_TRAINER}", "env": {"USER_NO_RESULT": "1"}},
+                "train-user-no-result",
+            ],
+            ["train", {**USER_TRAIN, "command": "no-such-trainer-xyz"}, "train-user-not-found"],
+            ["train", {**USER_TRAIN, "env": {"DATA_ROOT": "/elsewhere"}}, "train-env-refused"],
             ["lake_ingest", {"dataset": "../x"}, "ingest-with-conf"],
         ],
     }
@@ -160,10 +177,11 @@ def test_train_runs_the_trainer_and_records_lineage(
     from pipeline.orchestration.env_contract import sanitize_run_id
     from pipeline.runs import runs_for_version
 
+    # the runs of the user-command cases below are on the same version: this one's is one row
     runs = runs_for_version(version_id, store=store)
-    assert len(runs) == 1
-    row = runs[0]
-    assert row["run_id"] == sanitize_run_id("train", run["run_id"])
+    mine = [r for r in runs if r["run_id"] == sanitize_run_id("train", run["run_id"])]
+    assert len(mine) == 1
+    row = mine[0]
     assert (row["status"], row["dag_id"], row["dag_run_id"], row["launcher"]) == (
         "succeeded",
         "train",
@@ -225,3 +243,67 @@ def test_the_ingest_refuses_a_conf_it_would_ignore(dag_runs: dict) -> None:
     assert run["tasks"]["scan[-1]"] == "failed"
     log = run["log"] + dag_runs["stderr"]
     assert "lake_ingest: unknown conf key(s) 'dataset'" in log
+
+
+def run_record(dag_runs: dict, label: str, monkeypatch: pytest.MonkeyPatch) -> dict:
+    from pipeline.orchestration.env_contract import sanitize_run_id
+    from pipeline.runs import get_run
+
+    store = store_env(dag_runs, monkeypatch)
+    row = get_run(sanitize_run_id("train", dag_runs["by_label"][label]["run_id"]), store=store)
+    assert row is not None, label
+    return row
+
+
+def test_a_users_command_runs_with_the_contract_and_is_recorded(
+    dag_runs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = dag_runs["by_label"]["train-user-command"]
+    assert run["state"] == "success", (run["tasks"], run["log"][-3000:])
+    log = run["log"] + dag_runs["stderr"]
+    line = next(x for x in log.splitlines() if "CONTRACT {" in x)
+    seen = json.loads(line.split("CONTRACT ", 1)[1])
+    version_id = dag_runs["by_label"]["ingest"]["events"][0]["extra"]["version_id"]
+    row = run_record(dag_runs, "train-user-command", monkeypatch)
+    assert seen["DATASET_VERSION"] == version_id  # resolved to the id before launch
+    assert (seen["RUN_ID"], seen["USER_FLAG"]) == (row["run_id"], "dag")
+    assert seen["TRAIN"]["TRAIN_EPOCHS"] == "1" and seen["TRAIN"]["TRAIN_DEVICE"] == "cpu"
+    assert seen["cwd"] == dag_runs["env"]["LAKETRAIN_HOME"]  # the project root
+    assert (row["status"], row["launcher"], row["best_metric"]) == ("succeeded", "local", 0.5)
+    assert row["params"]["command"] == f"python {USER_TRAINER}"
+    assert [e["uri"] for e in run["events"]] == ["laketrain://models/digits"]
+
+
+def test_a_command_without_result_json_is_recorded_from_its_exit_status(
+    dag_runs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = dag_runs["by_label"]["train-user-no-result"]
+    assert run["state"] == "success", (run["tasks"], run["log"][-3000:])
+    row = run_record(dag_runs, "train-user-no-result", monkeypatch)
+    assert row["status"] == "succeeded"
+    assert [e["level"] for e in row["events"]] == ["WARNING"]
+    assert "exit code 0; no result.json at " in row["events"][0]["message"]
+    assert "no result.json at " in run["log"] + dag_runs["stderr"]
+
+
+def test_a_command_not_found_fails_with_exit_127_in_the_log_and_on_the_run(
+    dag_runs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = dag_runs["by_label"]["train-user-not-found"]
+    assert run["state"] == "failed", run["tasks"]
+    assert run["tasks"]["launch[-1]"] == "failed"
+    assert run["tasks"]["record_result[-1]"] == "failed"
+    log = run["log"] + dag_runs["stderr"]
+    assert "error: command not found: 'no-such-trainer-xyz' (exit 127)" in log
+    row = run_record(dag_runs, "train-user-not-found", monkeypatch)
+    assert row["status"] == "failed"
+    assert "command not found: 'no-such-trainer-xyz' (exit 127)" in row["error"]
+    assert "no result.json" in row["error"]
+
+
+def test_an_env_overriding_the_contract_is_refused_at_resolve(dag_runs: dict) -> None:
+    run = dag_runs["by_label"]["train-env-refused"]
+    assert run["state"] == "failed", run["tasks"]
+    assert run["tasks"]["resolve[-1]"] == "failed"
+    assert run["tasks"]["launch[-1]"] == "upstream_failed"
+    assert "env: DATA_ROOT is part of the environment contract" in run["log"] + dag_runs["stderr"]
