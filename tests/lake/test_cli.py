@@ -73,3 +73,70 @@ def test_sample_lake_writes_real_digits_and_photos(lt_env):
     assert len(photos) >= 2
     again = laketrain(lt_env, "sample-lake")
     assert "already has data" in again.stdout
+
+
+COMMANDS = (
+    "db",
+    "sample-lake",
+    "scan",
+    "files",
+    "build",
+    "versions",
+    "show",
+    "diff",
+    "contains",
+    "export",
+    "gc",
+    "train",
+)
+
+
+def test_every_command_is_offered_with_its_help(lt_env):
+    top = laketrain(lt_env, "--help")
+    assert top.returncode == 0, top.stderr
+    for name in COMMANDS:
+        assert f" {name} " in top.stdout, name
+    for name in COMMANDS:
+        out = laketrain(lt_env, name, "--help")
+        assert out.returncode == 0, (name, out.stderr)
+        assert "usage" in out.stdout.lower(), name
+
+
+_MODULES_AT_EXIT = (
+    "import atexit, os, sys\n"
+    "out = os.environ['LT_TEST_MODULES']\n"
+    "atexit.register(lambda: open(out, 'w').write('\\n'.join(sorted(sys.modules))))\n"
+    "from pipeline.cli import main\n"
+    "main()\n"
+)
+
+
+def _modules_of(home: Path, *args: str) -> set[str]:
+    listing = home / "modules.txt"
+    env = {
+        **os.environ,
+        "LAKETRAIN_HOME": str(home),
+        "LAKE_DIR": str(home / "lake"),
+        "DATA_ROOT": str(home / "data"),
+        "SETTLE_SECONDS": "0",
+        "LT_TEST_MODULES": str(listing),
+    }
+    env.pop("METADATA_DB_URL", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _MODULES_AT_EXIT, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    return {m.split(".")[0] for m in listing.read_text().split()} | set(listing.read_text().split())
+
+
+def test_a_scan_of_a_store_at_head_loads_no_heavy_module(lt_env):
+    """Start-up was most of `laketrain scan` of an unchanged lake; these imports were it."""
+    write(lt_env / "lake" / "ds" / "a" / "1.png", b"1")
+    assert laketrain(lt_env, "scan").returncode == 0  # creates and migrates the store
+    heavy = {"sqlalchemy", "alembic", "pydantic_settings", "numpy", "torch", "rich.progress"}
+    assert _modules_of(lt_env, "scan", "--json") & (heavy | {"rich"}) == set()
+    assert _modules_of(lt_env, "scan") & heavy == set()  # rich prints the table, no bar

@@ -167,3 +167,66 @@ def test_a_connection_killed_mid_session_is_store_unavailable_and_the_store_reco
     with store.session() as session:  # the next session reconnects
         assert session.execute(text("SELECT 2")).scalar() == 2
     store.dispose()
+
+
+def test_the_head_is_read_off_the_migration_files_as_alembic_reads_it():
+    from alembic.script import ScriptDirectory
+
+    from pipeline.metadata.fastpath import migration_revisions
+    from pipeline.metadata.store import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    assert [migration_revisions().head] == script.get_heads()
+    assert migration_revisions().known == {r.revision for r in script.walk_revisions()}
+
+
+def test_migration_files_with_two_heads_are_an_error(tmp_path):
+    import pytest
+
+    from pipeline.metadata.fastpath import migration_revisions
+
+    for name, down in (("a", None), ("b", "a"), ("c", "a")):
+        (tmp_path / f"{name}.py").write_text(
+            f'revision = "{name}"\ndown_revision = {down!r}\n', encoding="utf-8"
+        )
+    with pytest.raises(RuntimeError, match="2 heads"):
+        migration_revisions(tmp_path)
+
+
+def test_a_store_behind_head_is_upgraded_on_open(db_url):
+    engine = make_engine(db_url)
+    upgrade(engine, "0002_datasets")
+    MetadataStore(db_url).dispose()
+    assert current_revision(engine) == head_revision()
+    engine.dispose()
+
+
+def test_a_store_from_a_newer_laketrain_is_refused_and_left_as_it_is(db_url, lt_env):
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    from pipeline.metadata.fastpath import StoreVersionError
+
+    engine = make_engine(db_url)
+    upgrade(engine, "head")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999_from_the_future'")
+    with pytest.raises(StoreVersionError, match="9999_from_the_future.*newer laketrain"):
+        MetadataStore(db_url)
+    # The command line says so in one line, whichever path opens the store.
+    env = {**os.environ, "METADATA_DB_URL": db_url, "LAKE_DIR": str(lt_env / "lake")}
+    for args in (["scan"], ["files"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 1, out.stderr
+        assert "newer laketrain" in out.stderr and "Traceback" not in out.stderr
+    assert current_revision(engine) == "9999_from_the_future"
+    engine.dispose()
