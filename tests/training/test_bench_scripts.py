@@ -44,3 +44,29 @@ def test_train_gpu_cpu_smoke_runs_every_variant(tmp_path) -> None:
     assert "fp32 (baseline, TF32 off)" in names and "AMP bf16 + grad checkpointing" in names
     assert all(r["final_loss"] == r["final_loss"] for r in data["rows"])  # finite, not NaN
     assert out.read_text().startswith("## bench/train_gpu.py")
+
+
+@pytest.mark.slow
+def test_train_bench_api_figures_run_and_report_both_ratios() -> None:
+    """bench/train.py --api: the adapter against the earlier loader, and the checkpoint
+    cost, each with its target (a smoke run: tiny sizes, the figures themselves not checked)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "bench/train.py",
+            "--api",
+            "--rounds",
+            "1",
+            "--ckpt-steps",
+            "55",
+            "--api-epochs",
+            "1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "**adapter / baseline**" in proc.stdout and "(target >= 0.95x)" in proc.stdout
+    assert "**blocked / the 50 steps between checkpoints**" in proc.stdout
