@@ -121,7 +121,9 @@ dist.destroy_process_group()
 """
 
 
-def run_ranks(world: int, out: Path, steps: int, state_in: str, batch: int) -> list[dict]:
+def run_ranks(
+    world: int, out: Path, steps: int, state_in: str, batch: int, script: str = WORKER
+) -> list[dict]:
     """``world`` real processes in one gloo group (the variables torchrun would set)."""
     port = str(_free_port())
     procs = []
@@ -138,7 +140,7 @@ def run_ranks(world: int, out: Path, steps: int, state_in: str, batch: int) -> l
         }
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-c", WORKER, str(out), str(steps), state_in],
+                [sys.executable, "-c", script, str(out), str(steps), state_in],
                 env=env,
                 cwd=REPO,
                 stderr=subprocess.PIPE,
@@ -177,6 +179,45 @@ def test_resume_mid_epoch_with_another_world_size_repeats_and_skips_no_sample(
     assert n - end < g  # only a final partial step is left out, as without the resume
     steps_after = [len(r["taken"]) for r in second]
     assert len(set(steps_after)) == 1  # every rank takes the same number of steps
+
+
+TRAINER_WORKER = r"""
+import json, os, sys
+import torch
+from training.config import build_config
+from training.distributed import init_distributed
+from training.loop import Trainer
+from training import api
+
+out, steps, state_in = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+info = init_distributed("cpu")
+version = api.open_version()
+cfg = build_config({"batch_size": int(os.environ["BS"]), "width": 4, "depth": 1, "epochs": 1})
+t = Trainer(cfg, version.split("train"), version.split("val"), device=torch.device("cpu"), dist=info)
+if state_in != "-":
+    t.load_state_dict(torch.load(state_in, weights_only=True))
+else:
+    it = iter(t.data)
+    for _ in range(steps):
+        t.train_step(*next(it))
+state = t.state_dict()  # collective
+if info.is_main and state_in == "-":
+    torch.save(state, out + ".pt")
+json.dump({"local_seen": t.sums.seen, "saved": state["epoch_sums"]}, open(f"{out}.{info.rank}", "w"))
+torch.distributed.destroy_process_group()
+"""
+
+
+def test_a_ddp_checkpoint_carries_every_ranks_epoch_sums_and_a_resume_counts_them_once(
+    contract: Path, tmp_path: Path
+) -> None:
+    """The epoch's running train loss/accuracy sums: rank 0's checkpoint holds all ranks'
+    (not rank 0's alone), and a resume on any world size counts them on rank 0 only."""
+    ranks = run_ranks(2, tmp_path / "a", 3, "-", 32, script=TRAINER_WORKER)
+    assert [r["local_seen"] for r in ranks] == [96, 96]
+    assert ranks[0]["saved"]["seen"] == 192  # 3 steps x 2 ranks x 32
+    again = run_ranks(2, tmp_path / "b", 0, str(tmp_path / "a.pt"), 32, script=TRAINER_WORKER)
+    assert [r["local_seen"] for r in again] == [192, 0]
 
 
 # ------------------------------------------------------------------------------- reporting
