@@ -30,7 +30,7 @@ _FULL_COLUMNS = (
     "id, path, size, mtime_ns, ctime_ns, inode, md5, status, "
     "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END"
 )
-_ID_BATCH = 500
+_PATH_BATCH = 500
 _SQLITE_BUSY_MS = 600_000  # restored after a non-waiting lock attempt (the engine's default)
 _SCAN_COUNTS = (
     "new",
@@ -143,10 +143,15 @@ class LedgerTx:
 
     # ------------------------------------------------------------------ reads
 
-    def load_fast(self, dataset: str | None) -> dict[str, tuple]:
-        """``path -> (path, size, mtime_ns, ctime_ns, inode, id)`` for the rows the fast path
-        may trust: six small values per file instead of the whole row (a 1M-file ledger)."""
-        sql = f"SELECT path, size, mtime_ns, ctime_ns, inode, id FROM ledger_files WHERE {_FAST}"
+    def load_keys(self, dataset: str | None) -> dict[str, tuple]:
+        """``path -> (path, size, mtime_ns, ctime_ns, inode, deleted)`` for every row, in one
+        pass over the table: five small values per file instead of the whole row (a 1M-file
+        ledger). A row the fast path must not trust (deleted, unreadable, refused, no full
+        key) gets size -1, which no file has, so the walk hands it back to the scan."""
+        sql = (
+            f"SELECT path, CASE WHEN {_FAST} THEN size ELSE -1 END, mtime_ns, ctime_ns, inode, "
+            "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files WHERE 1 = 1"
+        )
         cursor = self.conn.cursor()
         try:
             cursor.execute(*self._where_dataset(sql, dataset))
@@ -154,24 +159,14 @@ class LedgerTx:
         finally:
             cursor.close()
 
-    def load_others(self, dataset: str | None) -> dict[str, tuple]:
-        """Full rows (``_FULL_COLUMNS``) of everything else: deleted, unreadable, refused."""
-        sql = f"SELECT {_FULL_COLUMNS} FROM ledger_files WHERE NOT ({_FAST})"
-        cursor = self.conn.cursor()
-        try:
-            cursor.execute(*self._where_dataset(sql, dataset))
-            return {row[1]: row for row in cursor}
-        finally:
-            cursor.close()
-
-    def full_rows(self, ids: Sequence[int]) -> dict[str, tuple]:
-        """Full rows by id (the few fast-path rows a scan must look at closely)."""
+    def full_rows(self, paths: Sequence[str]) -> dict[str, tuple]:
+        """Full rows (``_FULL_COLUMNS``) by path: the few rows a scan must look at closely."""
         out: dict[str, tuple] = {}
-        for i in range(0, len(ids), _ID_BATCH):
-            batch = ids[i : i + _ID_BATCH]
+        for i in range(0, len(paths), _PATH_BATCH):
+            batch = paths[i : i + _PATH_BATCH]
             marks = ", ".join("?" * len(batch))
             for row in self.rows(
-                f"SELECT {_FULL_COLUMNS} FROM ledger_files WHERE id IN ({marks})", batch
+                f"SELECT {_FULL_COLUMNS} FROM ledger_files WHERE path IN ({marks})", batch
             ):
                 out[row[1]] = row
         return out

@@ -5,8 +5,8 @@ lake waits (or, with ``wait=False``, fails with ScanBusyError) and then sees the
 result instead of hashing the same files again.
 
 What it costs (a no-change rescan of a million files must stay near a bare stat walk): the
-fast path runs inside the walk (``walk.FastPath``) against six values per present file
-(``ledger_db.load_fast``); only the rows that differ are read in full; unchanged rows get no
+fast path runs inside the walk (``walk.FastPath``) against five values per ledger row
+(``ledger_db.load_keys``); only the rows that differ are read in full; unchanged rows get no
 statement at all (their last sighting is the scan's, ``pipeline.lake.last_seen``). All SQL
 runs on a plain DBAPI connection (``ledger_db``), so a SQLite store at head is scanned without
 importing SQLAlchemy (``pipeline.metadata.fastpath``).
@@ -225,8 +225,7 @@ def _scan_into(
 ) -> None:
     from pipeline.lake.hashing import HashPool
 
-    fast = FastPath(tx.load_fast(dataset))
-    others = tx.load_others(dataset)  # deleted, unreadable, refused rows: full rows
+    fast = FastPath(tx.load_keys(dataset))
     to_hash: list[Candidate] = []
     seen: set[str] = set()  # paths the walk yielded (the fast path's matches are counted)
     unlisted: list[str] = []
@@ -259,9 +258,13 @@ def _scan_into(
         seen.update(refused)
 
         # Only what differs is read in full: fast-path rows whose key moved, or not seen.
-        gone_ids = [row[5] for path, row in fast.known.items() if not _under_any(path, unlisted)]
-        known = tx.full_rows([row[5] for row in fast.stale.values()] + gone_ids)
-        known.update(others)
+        # Read in full: rows the walk handed back (key moved, or not to be trusted), present
+        # rows it did not see (deleted now, unless under a folder it could not list), and the
+        # rows of refused paths (recorded below).
+        wanted = list(fast.stale)
+        wanted += [p for p, row in fast.known.items() if not row[5] and not _under_any(p, unlisted)]
+        wanted += [p for p in refused if p in fast.known]
+        known = tx.full_rows(sorted(set(wanted)))
         fast.known.clear()
         vanished = [
             path
