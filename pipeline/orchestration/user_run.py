@@ -22,6 +22,7 @@ from pipeline.orchestration.env_contract import ContractError, TrainerEnv, Train
 from training.params import FIELDS
 
 USER_FLAGS = ("--command", "--image")
+DOCKER_CLIENT_VARS = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH")
 
 
 def wants_user_command(argv: Sequence[str]) -> bool:
@@ -31,7 +32,7 @@ def wants_user_command(argv: Sequence[str]) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="laketrain train --command CMD",
+        prog="laketrain train",
         description="Run your own trainer on a dataset version with the environment contract "
         "(docs/trainer-contract.md) and record the run. Without --command/--image, "
         "`laketrain train` runs the built-in trainer.",
@@ -171,8 +172,16 @@ def run(argv: Sequence[str], *, emit: Callable[[str], None] | None = None) -> in
             host_data_root=cfg.host_data_root or str(settings.data_root),
             checkpoint_url=settings.checkpoint_url,
         )
+        import os
+
+        # The docker client's own settings (which daemon), then the values `-e NAME` passes.
+        client = {k: v for k, v in os.environ.items() if k in DOCKER_CLIENT_VARS}
         client_env = TrainerEnv(
-            public={**basic_vars(), **launchers._container_env(env, settings.checkpoint_url)},
+            public={
+                **basic_vars(),
+                **client,
+                **launchers._container_env(env, settings.checkpoint_url),
+            },
             secret=dict(env.secret),
         )
         code = launchers.run_local(client_env, emit=emit, grace_seconds=grace, command=argv_)

@@ -230,3 +230,44 @@ def test_docker_run_for_an_image_has_the_launchers_mounts_and_no_secret_values()
         "--entrypoint", "python", "team/trainer:7", "train.py", "--fast",
     ]  # fmt: skip
     assert "s3cr3t" not in " ".join(argv)
+
+
+def test_image_runs_docker_with_the_contract_passed_by_name(home: dict, tmp_path: Path) -> None:
+    """--image: `docker run` (here a stand-in `docker` first on PATH, no daemon needed) gets the
+    mounts, the image and the command; the values reach it through its environment only."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "names = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == '-e']\n"
+        "print('DOCKER ' + json.dumps({'argv': sys.argv[1:],"
+        " 'env': {n: os.environ.get(n) for n in names}}))\n"
+    )
+    fake.chmod(0o755)
+    env = {**home["env"], "PATH": f"{bin_dir}:{home['env']['PATH']}"}
+    proc = subprocess.run(
+        [LAKETRAIN, "train", "--dataset", "digits", "--image", "team/trainer:7"]
+        + ["--command", "python train.py --fast", "--run-id", "u-docker", "--gpus", "-1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=home["root"],
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("DOCKER "))
+    seen = json.loads(line.removeprefix("DOCKER "))
+    argv = seen["argv"]
+    assert argv[:2] == ["run", "--rm"]
+    assert argv[-5:] == ["--entrypoint", "python", "team/trainer:7", "train.py", "--fast"]
+    assert f"{home['env']['DATA_ROOT']}:/data:ro" in argv and "--gpus" in argv
+    assert argv[argv.index("--gpus") + 1] == "all"
+    assert seen["env"]["DATA_ROOT"] == "/data"
+    assert seen["env"]["CHECKPOINT_URL"] == "file:///checkpoints"
+    assert seen["env"]["DATASET_VERSION"] == home["version_id"]
+    assert seen["env"]["RUN_ID"] == "u-docker" and seen["env"]["LAKETRAIN_LAUNCHER"] == "docker"
+    assert "METADATA_DB_URL" not in seen["env"]  # a host SQLite file is not reachable there
+    row = run_row(home, "u-docker")
+    assert (row["launcher"], row["params"]["image"]) == ("docker", "team/trainer:7")
