@@ -274,12 +274,6 @@ class VersionDataset(torch.utils.data.IterableDataset):
         self.epoch, self.cursor = int(state["epoch"]), cursor
 
 
-def eval_batches(n: int, batch_size: int, rank: int = 0, world_size: int = 1) -> list[list[int]]:
-    """Evaluation shards: every sample exactly once across ranks, no padding, no shuffle."""
-    mine = np.arange(rank, n, world_size)
-    return [mine[i : i + batch_size].tolist() for i in range(0, len(mine), batch_size)]
-
-
 @dataclass
 class DeviceTransform:
     """uint8 → float on the device (4x less host→device traffic than shipping floats), then
