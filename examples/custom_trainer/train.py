@@ -50,7 +50,11 @@ def main() -> int:
     cuda = torch.cuda.is_available()
     dist = api.init_distributed("cuda" if cuda else "cpu")  # torchrun's variables, if any
     dev = torch.device("cuda", dist.local_rank) if cuda else torch.device("cpu")
-    version = api.open_version()  # DATASET_NAME, DATASET_VERSION, DATA_ROOT
+    try:
+        version = api.open_version()  # DATASET_NAME, DATASET_VERSION, DATA_ROOT
+    except LookupError as exc:  # no such version: refused, not retried (the contract's 3)
+        print(f"error: {exc}", file=sys.stderr)
+        return api.EXIT_DATA
     train = api.VersionDataset(version.split("train"), batch_size=BATCH, seed=SEED)
     val = api.VersionDataset(version.split("val"), batch_size=256, shuffle=False, drop_last=False)
     shape = version.get_batch([0])[0].shape[1:]

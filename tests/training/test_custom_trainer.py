@@ -108,3 +108,15 @@ def test_the_example_image_builds_from_the_trainer_image_and_runs_the_script() -
     (entry,) = image.final.of("ENTRYPOINT")
     assert entry.json_args() == ["python", "/home/trainer/custom_trainer/train.py"]
     assert copy.args.split()[-1] == entry.json_args()[1]
+
+
+def test_the_example_refuses_a_missing_version_with_exit_3(
+    digits: dict[str, Any], tmp_path: Path
+) -> None:
+    env = base_env(digits, tmp_path / "objects", "missing", **CFG)
+    env["DATASET_VERSION"] = "digits_v19990101_deadbeef"
+    proc = subprocess.run(
+        [sys.executable, SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "digits_v19990101_deadbeef" in proc.stderr
