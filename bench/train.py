@@ -240,7 +240,9 @@ def api_figures(args: argparse.Namespace) -> list[str]:
         "The adapter holds only (version, seed, epoch, cursor) and hands the reader's batched "
         "fetch on; the loop waits for a checkpoint only while `torch.save` writes the local "
         "snapshot (the upload, the commit marker, `latest`/`best`, retention and the store "
-        "rows run in the manager's upload thread).",
+        "rows run in the manager's upload thread). The wall-time row moves with the load the "
+        "machine's other processes put on it between the two runs; the blocked share is timed "
+        "inside one run.",
     ]
     return lines
 
