@@ -14,7 +14,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from pipeline.datasets.head import head_version
-from pipeline.datasets.manifest import VersionNotFound
+
+# Re-exported: the CLI and the DAG tasks catch it from here.
+from pipeline.datasets.manifest import VersionNotFound  # noqa: F401
+from pipeline.datasets.refs import resolve_row
 from pipeline.metadata.datasets import (
     VERSION_COMMITTED,
     DatasetHead,
@@ -26,7 +29,6 @@ from pipeline.metadata.datasets import (
 from pipeline.metadata.store import MetadataStore, open_store
 
 _MD5 = re.compile(r"[0-9a-fA-F]{32}")
-_HEX = re.compile(r"[0-9a-fA-F]{1,64}")
 
 
 def version_summary(v: DatasetVersion) -> dict[str, Any]:
@@ -163,34 +165,8 @@ def head_history(
 
 
 def _resolve(session: Session, ref: str, dataset: str | None) -> DatasetVersion:
-    ref = ref.strip()
-    base = select(DatasetVersion).where(DatasetVersion.status == VERSION_COMMITTED)
-    if dataset is not None:
-        base = base.where(DatasetVersion.dataset == dataset)
-    if ref == "latest":  # the head, never the newest created
-        if dataset is None:
-            raise VersionNotFound("'latest' needs a dataset name")
-        row = latest_committed(session, dataset)
-        if row is None:
-            raise VersionNotFound(f"dataset {dataset!r} has no committed version")
-        return row
-    row = session.scalars(base.where(DatasetVersion.tag == ref)).first()
-    if row is not None:
-        return row
-    if _HEX.fullmatch(ref):
-        matches = list(
-            session.scalars(base.where(DatasetVersion.version_id.startswith(ref.lower())).limit(3))
-        )
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            raise VersionNotFound(
-                f"version prefix {ref!r} is ambiguous: it matches several versions; give more digits"
-            )
-    where = f" of dataset {dataset!r}" if dataset else ""
-    raise VersionNotFound(
-        f"no committed version{where} matches {ref!r} (an id, a unique id prefix, a tag or 'latest')"
-    )
+    """The committed version ``ref`` names: the one rule set of pipeline/datasets/refs.py."""
+    return resolve_row(session, ref, dataset)
 
 
 def resolve_version(

@@ -58,63 +58,10 @@ def open_version(
         row = resolve_version(version, dataset=name, store=store)
         folder = data_root / row["path"]
     else:
-        folder = _resolve_on_disk(data_root, name, version)
+        from pipeline.datasets.refs import resolve_on_disk
+
+        folder = resolve_on_disk(data_root, name, version)
     return VersionReader(folder, data_root)
-
-
-def _resolve_on_disk(data_root: Path, name: str, version: str) -> Path:
-    base = mf.datasets_root(data_root) / name
-    if not base.is_dir():
-        raise VersionNotFound(f"dataset {name!r} has no versions under {base}")
-    candidates = [
-        p
-        for p in base.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and (p / mf.MANIFEST).is_file()
-    ]
-    if not candidates:
-        raise VersionNotFound(f"dataset {name!r} has no published versions under {base}")
-    if version == LATEST:
-        head = mf.read_head(data_root, name)
-        if head is not None:
-            # The head: the version matching the lake after its last build (it can be older
-            # than the newest created). Never another one when its folder is gone.
-            folder = base / head["version_id"]
-            if not (folder / mf.MANIFEST).is_file():
-                raise VersionNotFound(
-                    f"dataset {name!r}: {mf.head_path(data_root, name)} names version "
-                    f"{head['version_id']}, which is not published under {base}"
-                )
-            return folder
-
-        # No HEAD file: data built before heads existed, when latest was the newest created.
-        def created(p: Path) -> str:
-            try:
-                return json.loads((p / mf.MANIFEST).read_text()).get("created_at", "")
-            except (OSError, json.JSONDecodeError):
-                return ""
-
-        return max(candidates, key=lambda p: (created(p), p.name))
-    exact = [p for p in candidates if p.name == version]
-    if exact:
-        return exact[0]
-    by_prefix = (
-        [p for p in candidates if p.name.startswith(version.lower())] if version.isalnum() else []
-    )
-    if len(by_prefix) == 1:
-        return by_prefix[0]
-    if len(by_prefix) > 1:
-        raise VersionNotFound(
-            f"version prefix {version!r} of {name!r} is ambiguous: {len(by_prefix)} versions match"
-        )
-    for p in candidates:
-        try:
-            if json.loads((p / mf.MANIFEST).read_text()).get("tag") == version:
-                return p
-        except (OSError, json.JSONDecodeError):
-            continue
-    raise VersionNotFound(
-        f"dataset {name!r} has no version {version!r} (id, id prefix, tag or 'latest')"
-    )
 
 
 class VersionReader:
