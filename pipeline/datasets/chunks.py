@@ -33,12 +33,14 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
+from pipeline.datasets.manifest import ManifestError
 
 # Average samples per leaf: ~200 bytes of metadata a sample makes a ~25 KB leaf, so a new
 # version of a million samples that adds 0.1 % rewrites ~1,000 leaves' worth at most (~25 MB)
@@ -56,7 +58,7 @@ _INDEX_FIELDS = (("seg", "<i4"), ("row", "<i8"), ("label", "<i4"), ("split", "i1
 _json_string = json.encoder.encode_basestring_ascii
 
 
-class ChunkError(ValueError):
+class ChunkError(ManifestError):
     """A chunk file is missing, or its bytes do not match its name or its listed checksum."""
 
 
@@ -280,35 +282,43 @@ def _write_once(path: Path, data: bytes) -> int:
 
 
 def write_tree(
-    data_root: Path, samples: Sequence[SampleLike], *, known_idx: dict[str, str] | None = None
+    data_root: Path,
+    samples: Sequence[SampleLike],
+    *,
+    known: Callable[[list[str]], dict[str, str]] | None = None,
 ) -> Tree:
     """Cut ``samples`` into leaves and nodes and write the chunk files that do not exist yet.
-    ``known_idx`` (leaf hash -> sha256 of its .idx, from the store) spares reading the .idx of
-    a leaf that is already there. Call under the segments guard (gc must not drop a reused
+    ``known`` maps leaf hashes to the sha256 of their .idx for the leaves the store already
+    holds (their entries are recorded, their .idx need not be rebuilt); the others come back in
+    ``new_leaves`` with their entries. Call under the segments guard (gc must not drop a reused
     chunk before the version that references it is recorded)."""
-    known_idx = known_idx or {}
+    # Pass 1: the leaves' names. Their bytes are not kept: a million samples make ~200 MB of
+    # metadata, and only the new leaves' bytes are needed again (pass 2 formats them again).
+    cuts: list[tuple[int, int, str, int]] = []
+    for start, stop in leaf_bounds(samples):
+        meta = meta_bytes(samples[start:stop])
+        cuts.append((start, stop, hashlib.sha256(meta).hexdigest(), len(meta)))
+    have = known([c[2] for c in cuts]) if known is not None else {}
     leaves: list[LeafRef] = []
     new_leaves: list[tuple[LeafRef, list[dict]]] = []
     written = 0
     touched_dirs: set[Path] = set()
-    for start, stop in leaf_bounds(samples):
+    for start, stop, h, size in cuts:
         part = samples[start:stop]
-        meta = meta_bytes(part)
-        h = hashlib.sha256(meta).hexdigest()
         meta_path = chunk_path(data_root, h, META_SUFFIX)
         idx_path = chunk_path(data_root, h, INDEX_SUFFIX)
-        sha_idx = known_idx.get(h)
+        sha_idx = have.get(h)
         if sha_idx is not None and meta_path.exists() and idx_path.exists():
-            leaves.append(LeafRef(h, len(part), len(meta), sha_idx))
+            leaves.append(LeafRef(h, len(part), size, sha_idx))
             continue
         idx = index_bytes(part)
         # The index first: a metadata part on disk means its index is complete too.
         n = _write_once(idx_path, idx)
-        n += _write_once(meta_path, meta)
+        n += _write_once(meta_path, meta_bytes(part))
         if n:
             touched_dirs.add(meta_path.parent)
         written += n
-        leaf = LeafRef(h, len(part), len(meta), hashlib.sha256(idx).hexdigest())
+        leaf = LeafRef(h, len(part), size, hashlib.sha256(idx).hexdigest())
         leaves.append(leaf)
         if sha_idx is None:
             new_leaves.append((leaf, entries_of(part)))

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.chunkindex import assemble_index
+from pipeline.datasets.chunks import read_meta, walk_leaves
 from pipeline.datasets.manifest import ManifestError, VersionNotFound
 from pipeline.datasets.segments import ZARR_NAME
 
@@ -74,15 +76,25 @@ class VersionReader:
         *,
         _subset: np.ndarray | None = None,
         _split: str | None = None,
+        _shared: tuple | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.manifest, self.manifest_sha256 = mf.read_manifest(self.folder)
         # Segment paths are relative to DATA_ROOT; an exported copy keeps them in its own folder.
         self.data_root = Path(data_root) if data_root is not None else self.folder.parents[2]
-        self._seg_all = np.load(self.folder / mf.INDEX_SEGMENT)
-        self._row_all = np.load(self.folder / mf.INDEX_ROW)
-        self._y_all = np.load(self.folder / mf.LABELS).astype(np.int64, copy=False)
-        self._val_all = np.load(self.folder / mf.SPLITS).astype(bool)
+        self._chunked = self.manifest["format_version"] >= 2
+        self._md5_all: np.ndarray | None = None
+        if _shared is not None:  # a split view: the full index is its parent's
+            self._seg_all, self._row_all, self._y_all, self._val_all, self._md5_all = _shared
+        elif self._chunked:
+            self._seg_all, self._row_all, self._y_all, self._val_all, self._md5_all = (
+                assemble_index(self.data_root, self.manifest)
+            )
+        else:  # format 1: a self-contained folder with the index arrays in it
+            self._seg_all = np.load(self.folder / mf.INDEX_SEGMENT)
+            self._row_all = np.load(self.folder / mf.INDEX_ROW)
+            self._y_all = np.load(self.folder / mf.LABELS).astype(np.int64, copy=False)
+            self._val_all = np.load(self.folder / mf.SPLITS).astype(bool)
         n = len(self._seg_all)
         if not (len(self._row_all) == len(self._y_all) == n == self.manifest["counts"]["samples"]):
             raise mf.ManifestError(
@@ -246,7 +258,10 @@ class VersionReader:
             raise ValueError(f"split must be 'train' or 'val', got {name!r}")
         is_val = self._val_all[self._indices]
         subset = self._indices[is_val if name == "val" else ~is_val]
-        return VersionReader(self.folder, self.data_root, _subset=subset, _split=name)
+        shared = (self._seg_all, self._row_all, self._y_all, self._val_all, self._md5_all)
+        return VersionReader(
+            self.folder, self.data_root, _subset=subset, _split=name, _shared=shared
+        )
 
     def shuffled_indices(self, seed: int, *, window_chunks: int = 4) -> np.ndarray:
         """A random order of this reader's indices for one epoch. For zarr it is chunk-aware:
@@ -272,19 +287,31 @@ class VersionReader:
         return self._y.astype(np.int64)
 
     def md5s(self) -> np.ndarray:
+        if self._md5_all is not None:
+            return self._md5_all[self._indices].astype(str)
         lines = self._metadata_lines()
         return np.asarray([json.loads(lines[int(j)])["md5"] for j in self._indices], dtype=str)
 
     def metadata(self, i: int) -> dict:
         """The metadata.jsonl record of sample ``i`` (path, md5, label, split, segment, row...)."""
         j = int(self._indices[i])
-        return json.loads(self._metadata_lines()[j])
+        record = json.loads(self._metadata_lines()[j])
+        if self._chunked:
+            # A leaf's part has no position-dependent field: ``index`` is the place in the
+            # version, as format 1 wrote it (keys sorted like its lines).
+            record["index"] = j
+            record = dict(sorted(record.items()))
+        return record
 
     # ---- internals ---------------------------------------------------------------------------
 
     def _metadata_lines(self) -> list[str]:
         if self._meta is None:
-            text = (self.folder / mf.METADATA).read_text()
+            if self._chunked:
+                leaves = walk_leaves(self.data_root, self.manifest["chunks"])
+                text = b"".join(read_meta(self.data_root, leaf.hash) for leaf in leaves).decode()
+            else:
+                text = (self.folder / mf.METADATA).read_text()
             self._meta = text.splitlines()
         return self._meta
 

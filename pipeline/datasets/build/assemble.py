@@ -128,11 +128,19 @@ def _version_paths(
     session: Session, version_id: str
 ) -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
     """{path: (md5, label)} of a version's samples (its first row per path), and {md5: split}."""
+    # A chunked version: its leaves' entries (shared rows), at leaf start + place in the leaf.
     rows = driver_rows(
         session,
-        "SELECT idx, path, md5, label, split FROM version_samples WHERE version_id = ?",
+        "SELECT vc.start + ce.pos, ce.path, ce.md5, ce.label, ce.split FROM version_chunks vc "
+        "JOIN chunk_entries ce ON ce.chunk_hash = vc.chunk_hash WHERE vc.version_id = ?",
         (version_id,),
     )
+    if not rows:  # format 1: a row per sample
+        rows = driver_rows(
+            session,
+            "SELECT idx, path, md5, label, split FROM version_samples WHERE version_id = ?",
+            (version_id,),
+        )
     rows.sort()  # by idx (unique per version): cheaper here than SQLite's temp B-tree
     out: dict[str, tuple[str, str | None]] = {}
     splits: dict[str, str] = {}

@@ -18,6 +18,7 @@ from pipeline.datasets.build.assemble import (
     _diff,
     _version_paths,
 )
+from pipeline.datasets.build.chunkrows import known_leaves, record_tree
 from pipeline.datasets.build.contents import _manifest
 from pipeline.datasets.build.planning import _current_files
 from pipeline.datasets.build.record import (
@@ -31,8 +32,10 @@ from pipeline.datasets.build.values import (
     _settings,
 )
 from pipeline.datasets.build.writer import (
+    VersionWriter,
     _clean_staging,
     _publish,
+    invalid_bytes,
 )
 from pipeline.datasets.hooks import pause_hook
 from pipeline.datasets.leases import (
@@ -59,6 +62,9 @@ from pipeline.metadata.locks import ensure_lock_row, take_lock_row
 from pipeline.metadata.store import MetadataStore, open_store
 
 _INSERT_BATCH = 5000
+# The manifest format commits write. Tests set it to 1 to write today's self-contained folders
+# (with version_samples rows) and check the reader's fallback and the store migration on them.
+WRITE_FORMAT = mf.FORMAT_VERSION
 
 
 @gc_paused()
@@ -105,9 +111,15 @@ def commit(
     pause_hook("before_commit")
     sidecar = load_sidecar(lake / dataset, recipe)
     ensure_lock_row(store, DatasetLock, dataset)
-    # synced_after is entered first so it runs after the session has committed: the HEAD file
-    # mirrors the store's head, never runs ahead of it (pipeline/datasets/head.py).
-    with head.synced_after(store, data_root, dataset), store.session() as session:
+    # synced_after is entered before the session so it runs after the session has committed:
+    # the HEAD file mirrors the store's head, never runs ahead of it (pipeline/datasets/head.py).
+    # The segments guard (shared) is taken first, in gc's order (guard, then lock rows): gc
+    # cannot drop a chunk this commit reuses between finding it and recording the version.
+    with (
+        segments_guard(data_root),
+        head.synced_after(store, data_root, dataset),
+        store.session() as session,
+    ):
         take_lock_row(session, DatasetLock, dataset)
         files, processed = _current_files(session, dataset, rh)
         latest = latest_committed(session, dataset)  # the head, not the newest created
@@ -135,6 +147,7 @@ def commit(
         folder = mf.version_dir(data_root, dataset, version_id)
         _clean_staging(folder.parent)
         clean_stale_temps(data_root, rh)
+        tree = None
         if (folder / mf.MANIFEST).is_file():
             # Published before a crash, never recorded: keep what is on disk (same content).
             manifest, manifest_sha = mf.read_manifest(folder)
@@ -142,9 +155,26 @@ def commit(
             if folder.exists():
                 shutil.rmtree(folder)  # cannot be a version: the manifest is in the renamed folder
             manifest = _manifest(
-                dataset, recipe, version_id, parent, samples, invalid, processed, diff, session
+                dataset,
+                recipe,
+                version_id,
+                parent,
+                samples,
+                invalid,
+                processed,
+                diff,
+                session,
+                format_version=WRITE_FORMAT,
             )
-            manifest_sha = _publish(folder, manifest, samples, invalid)
+            if WRITE_FORMAT == 1:
+                manifest_sha = _publish(folder, manifest, samples, invalid)
+            else:
+                with VersionWriter(folder) as writer:
+                    # Chunk files first (only the new ones are written), the manifest last.
+                    tree = writer.chunks(data_root, samples, known_leaves(session))
+                    writer.add(mf.INVALID, invalid_bytes(invalid))
+                    manifest["chunks"] = tree.manifest_section()
+                    manifest_sha = writer.publish(manifest)
         pause_hook("commit_renamed")
         row = DatasetVersion(
             version_id=version_id,
@@ -172,9 +202,16 @@ def commit(
             session.flush()
         session.add(row)
         session.flush()
+        chunked = manifest["format_version"] >= 2
         _insert_version_rows(
-            session, version_id, samples, invalid, [s["id"] for s in manifest["segments"]]
+            session,
+            version_id,
+            [] if chunked else samples,  # a chunked version's samples are its chunks' entries
+            invalid,
+            [s["id"] for s in manifest["segments"]],
         )
+        if chunked:
+            record_tree(session, version_id, data_root, manifest, tree)
         head.move_head(session, dataset, version_id, head.HEAD_PUBLISHED)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
 

@@ -22,8 +22,18 @@ from pipeline.metadata.datasets import (
 
 
 def _manifest(
-    dataset, recipe, version_id, parent, samples, invalid, processed, diff, session
+    dataset,
+    recipe,
+    version_id,
+    parent,
+    samples,
+    invalid,
+    processed,
+    diff,
+    session,
+    format_version: int = mf.FORMAT_VERSION,
 ) -> dict:
+    """Every field of the manifest but a format-2 version's ``chunks`` (the writer adds it)."""
     from pipeline.datasets.preprocess import sample_dtype, sample_shape
 
     created = utcnow()
@@ -66,7 +76,7 @@ def _manifest(
         info = seg_rows.get(samples[0].segment_id)
         shape = _segment_shape(info) or shape
     return {
-        "format_version": mf.FORMAT_VERSION,
+        "format_version": format_version,
         "id": version_id,
         "short_id": version_id[:8],
         "tag": mf.tag_for(dataset, version_id, created),
@@ -108,7 +118,9 @@ def _manifest(
             "index_row": mf.INDEX_ROW,
             "labels": mf.LABELS,
             "splits": mf.SPLITS,
-        },
+        }
+        if format_version == 1
+        else {"parts": mf.PARTS, "invalid": mf.INVALID},
         "created_at": created.isoformat(),
     }
 
