@@ -2,9 +2,10 @@
 
 A version's samples, in version order (lake path, then table line / augmented copy), are cut
 into LEAVES at content-defined boundaries: sample i ends a leaf when the sha256 of its key
-(``sample_key``) is 0 modulo ``LEAF_TARGET``. The cut depends on the sample alone, never on its
-position, so inserting or deleting k samples changes at most the k leaves they fall in plus the
-k they split: every other leaf keeps its bytes, its name, and is shared with the parent.
+(``sample_key``) is 0 modulo ``LEAF_TARGET``, or when the next sample is in another top folder
+(``top_folder``: a class folder). A cut depends on the keys alone, never on positions, so
+inserting or deleting k samples changes at most the k leaves they fall in plus the k they
+split: every other leaf keeps its bytes, its name, and is shared with the parent.
 
 A leaf is two files under ``DATA_ROOT/chunks/<h[:2]>/``, named by ``h`` = sha256 of the first:
 - ``<h>.jsonl``: the metadata part, one line per sample, the ``metadata.jsonl`` fields except
@@ -149,17 +150,36 @@ def _ends(digest_hex: str, target: int) -> bool:
 # ---- cutting ----------------------------------------------------------------------------------
 
 
+def top_folder(path: str) -> str:
+    """The first folder under the dataset (``pets/cat/1.jpg`` -> ``cat``; "" for files at the
+    dataset's root): a leaf never spans two of them."""
+    parts = path.split("/", 2)
+    return parts[1] if len(parts) > 2 else ""
+
+
 def leaf_bounds(samples: Sequence[SampleLike]) -> list[tuple[int, int]]:
-    """(start, stop) of each leaf over ``samples``: content-defined cuts, plus LEAF_MAX."""
+    """(start, stop) of each leaf over ``samples``: content-defined cuts, a cut between two top
+    folders (so files added to one class folder, or a new folder, rewrite no leaf of another:
+    without it, the leaf spanning a folder's end is rewritten, and it is the longest on
+    average), plus LEAF_MAX. A folder of a top folder's own is not cut on: a lake of one small
+    folder per sample would otherwise make a leaf per sample."""
     bounds: list[tuple[int, int]] = []
     start = 0
     sha = hashlib.sha256
+    n = len(samples)
+    folder = top_folder(samples[0].path) if n else ""
     for i, s in enumerate(samples):
-        if _ends(sha(sample_key(s)).hexdigest(), LEAF_TARGET) or i + 1 - start >= LEAF_MAX:
+        nxt = top_folder(samples[i + 1].path) if i + 1 < n else folder
+        if (
+            nxt != folder
+            or _ends(sha(sample_key(s)).hexdigest(), LEAF_TARGET)
+            or i + 1 - start >= LEAF_MAX
+        ):
             bounds.append((start, i + 1))
             start = i + 1
-    if start < len(samples):
-        bounds.append((start, len(samples)))
+        folder = nxt
+    if start < n:
+        bounds.append((start, n))
     return bounds
 
 

@@ -181,3 +181,12 @@ def test_the_same_samples_always_give_the_same_chunks(tmp_path_factory, names, l
     relabelled = [replace(s, label="zebra") if i in picked else s for i, s in enumerate(base)]
     c = ck.write_tree(tmp_path_factory.mktemp("c"), relabelled)
     assert len({leaf.hash for leaf in c.leaves} - {leaf.hash for leaf in a.leaves}) <= len(picked)
+
+
+def test_files_in_a_new_top_folder_rewrite_no_existing_leaf(tmp_path):
+    base = [S(f"ds/{c}/{i:05d}.png", f"{c}{i:031x}"[:32], row=i) for c in "ab" for i in range(900)]
+    before = {leaf.hash for leaf in ck.write_tree(tmp_path, base).leaves}
+    added = [S(f"ds/ab/{i:05d}.png", f"f{i:031x}", row=i) for i in range(40)]  # sorts between
+    after = ck.write_tree(tmp_path, sorted(base + added, key=lambda s: s.path))
+    assert before <= {leaf.hash for leaf in after.leaves}
+    assert all(ck.top_folder(s.path) in ("a", "b", "ab") for s in base + added)
