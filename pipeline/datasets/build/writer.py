@@ -58,6 +58,7 @@ class VersionWriter:
         known: Callable[[list[str]], dict[str, str]] | None = None,
     ) -> Tree:
         tree = write_tree(data_root, samples, known=known)
+        pause_hook("chunks_written")
         parts = "".join(chunk_relpath(leaf.hash, META_SUFFIX) + "\n" for leaf in tree.leaves)
         self.add(mf.PARTS, parts.encode())
         return tree
