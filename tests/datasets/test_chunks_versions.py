@@ -277,3 +277,23 @@ def test_format_1_and_format_2_versions_of_one_dataset_read_and_diff_side_by_sid
     # Without a store too (the trainer's case).
     monkeypatch.delenv("METADATA_DB_URL")
     assert len(open_version("pets", old.version_id, data_root=home / "data")) == len(a)
+
+
+def test_a_version_whose_chunk_is_missing_or_damaged_fails_naming_the_file(sqlite_store, home):
+    from pipeline.datasets.build import run_build
+    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.datasets.manifest import ManifestError
+    from pipeline.datasets.reader import open_version
+
+    image_lake(home, per_class=5)
+    run_build("pets", workers=1, store=sqlite_store)
+    r = open_version("pets", store=sqlite_store)
+    data_root = home / "data"
+    leaf = walk_leaves(data_root, r.manifest["chunks"])[-1]
+    idx = data_root / "chunks" / leaf.hash[:2] / f"{leaf.hash}.idx"
+    idx.write_bytes(idx.read_bytes()[:-1] + b"\x07")
+    with pytest.raises(ManifestError, match=rf"{leaf.hash}\.idx: bytes do not match"):
+        open_version("pets", store=sqlite_store)
+    idx.unlink()
+    with pytest.raises(ManifestError, match=rf"{leaf.hash}\.idx: leaf index missing"):
+        open_version("pets", store=sqlite_store)
