@@ -159,3 +159,42 @@ def test_show_of_a_chunked_version(store, lt_env):
     got = queries.get_version(a[:10], store=store)
     assert got["version_id"] == a and got["samples"] == len(samples)
     assert got["manifest"]["format_version"] == 2
+
+
+def test_queries_on_real_builds_match_what_the_readers_hold(store, home):
+    """Versions built by the pipeline itself: diff and contains agree with a brute force
+    over each version's samples as its reader returns them (metadata(i))."""
+    from pipeline.datasets.build import build
+    from pipeline.datasets.reader import open_version
+    from pipeline.ui import data
+    from tests.datasets.conftest import image_lake, write_jpeg
+
+    paths = image_lake(home, per_class=120, classes=("cat", "dog", "owl"))
+    v1 = build("pets", workers=1, store=store)
+    lake = home / "lake"
+    for rel in paths[5:10]:
+        (lake / rel).unlink()
+    for k, rel in enumerate(paths[200:203]):
+        write_jpeg(lake / rel, seed=90_000 + k)
+    for k in range(8):
+        write_jpeg(lake / f"pets/new/{k:03d}.jpg", seed=80_000 + k)
+    v2 = build("pets", workers=1, store=store)
+    readers = {v.version_id: open_version("pets", v.version_id, store=store) for v in (v1, v2)}
+    held = {vid: [r.metadata(i) for i in range(len(r))] for vid, r in readers.items()}
+
+    def as_samples(rows):
+        return [S(m["path"], m["md5"], m.get("label"), m["split"]) for m in rows]
+
+    want = brute_diff(as_samples(held[v1.version_id]), as_samples(held[v2.version_id]))
+    assert want["added"] and want["removed"] and want["changed"]
+    got = queries.diff_versions(v1.version_id, v2.version_id, store=store)
+    assert {kind: [r["path"] for r in got[kind]] for kind in want} == want
+    page = data.diff_versions(store, v1.version_id, v2.version_id, limit=1000)
+    assert {kind: [r["path"] for r in page[kind]] for kind in want} == want
+    for key, field in [(paths[0], "path"), (paths[7], "path"), ("pets/new/003.jpg", "path")] + [
+        (held[v2.version_id][i]["md5"], "md5") for i in (0, 150, 300)
+    ]:
+        expected = {vid for vid, rows in held.items() if any(m[field] == key for m in rows)}
+        assert {r["version_id"] for r in queries.versions_containing(key, store=store)} == expected
+        for r in queries.versions_containing(key, store=store):
+            assert held[r["version_id"]][r["index"]][field] == key
