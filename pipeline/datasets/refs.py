@@ -29,14 +29,18 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any
 
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.manifest import VersionNotFound
-from pipeline.metadata.datasets import VERSION_COMMITTED, DatasetVersion
+
+if TYPE_CHECKING:  # SQLAlchemy only where a store is used: a store-less reader never loads it
+    from sqlalchemy.orm import Session
+
+    from pipeline.metadata.datasets import DatasetVersion
+
+# pipeline.metadata.datasets.VERSION_COMMITTED, not imported for the reason above.
+VERSION_COMMITTED = "committed"
 
 __all__ = [
     "LATEST",
@@ -118,7 +122,10 @@ def resolve_row(
     session: Session, ref: str, dataset: str | None = None, *, include_deleted: bool = False
 ) -> DatasetVersion:
     """The ``dataset_versions`` row ``ref`` names (the module's rules)."""
+    from sqlalchemy import select
+
     from pipeline.datasets.head import head_version
+    from pipeline.metadata.datasets import VERSION_COMMITTED, DatasetVersion
 
     ref = _clean(ref)
     if ref == LATEST:

@@ -246,3 +246,26 @@ def test_every_entry_point_resolves_alike(store, tmp_path: Path, monkeypatch):
     for ref, dataset in REFS:
         answers = {name: _answer(fn, ref, dataset) for name, fn in entry_points.items()}
         assert len(set(answers.values())) == 1, (ref, dataset, answers)
+
+
+def test_resolving_from_the_files_loads_no_database_code(tmp_path: Path):
+    """A training container without a store resolves from DATA_ROOT alone: SQLAlchemy (a
+    third of a second to import) stays unloaded, and the committed status is the store's."""
+    import subprocess
+    import sys
+
+    from pipeline.metadata.datasets import VERSION_COMMITTED as STORE_COMMITTED
+
+    assert refs.VERSION_COMMITTED == STORE_COMMITTED
+    write_folders(tmp_path)
+    code = (
+        "import sys\n"
+        "from pipeline.datasets.reader import open_version\n"
+        "from pipeline.datasets.refs import resolve\n"
+        f"print(resolve('latest', 'pets', data_root={str(tmp_path)!r}).version_id)\n"
+        "assert 'sqlalchemy' not in sys.modules, 'sqlalchemy was imported'\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == B
