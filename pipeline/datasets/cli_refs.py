@@ -68,13 +68,13 @@ def dataset_for_refs(
     """The dataset ``latest`` among ``refs`` stands for: ``dataset`` when given; else the
     dataset of another ref (``diff 4958 latest``); else the only dataset with versions.
     None when no ref is ``latest`` (an id or a tag names its dataset itself)."""
-    if dataset is not None or not any(r.strip() == "latest" for r in refs):
-        return dataset
-    from pipeline.datasets.queries import resolve_version
+    from pipeline.datasets.refs import LATEST, resolve
 
+    if dataset is not None or not any(r.strip() == LATEST for r in refs):
+        return dataset
     for ref in refs:
-        if ref.strip() != "latest":
-            return resolve_version(ref, store=store)["dataset"]
+        if ref.strip() != LATEST:
+            return resolve(ref, store=store or open_store()).dataset
     names = datasets_with_versions(store)
     if len(names) == 1:
         return names[0]

@@ -7,6 +7,8 @@ What may go:
 - segments that no kept version references (their processed samples are forgotten with them,
   so a later build decodes those files again rather than pointing at missing rows); segments
   with no rows are kept, since they only hold invalid verdicts and cost nothing;
+- chunks no kept version references, and chunk files the store never recorded
+  (gc_chunks.py: reference-counted like segments);
 - leftovers of killed builds: segment temp folders, version staging folders, segment folders
   and version folders that the store never recorded.
 Anything younger than ``min_age_s`` is left alone: it may belong to a build in flight; so is
@@ -31,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delete_processed_for_segments
+from pipeline.datasets.gc_chunks import delete_chunks, plan_chunks, remove_chunk_files
 from pipeline.datasets.head import kept_heads
 from pipeline.datasets.leases import leased_segments, prune_expired
 from pipeline.datasets.segments import clean_stale_temps, segments_guard
@@ -41,6 +44,7 @@ from pipeline.metadata.datasets import (
     DatasetLock,
     DatasetVersion,
     Segment,
+    VersionChunk,
     VersionInvalid,
     VersionSample,
     VersionSegment,
@@ -56,6 +60,7 @@ class GcPlan:
     versions: list[dict[str, Any]] = field(default_factory=list)
     segments: list[dict[str, Any]] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
+    chunks: list[dict[str, Any]] = field(default_factory=list)  # gc_chunks.plan_chunks
     kept_for_runs: list[str] = field(default_factory=list)
     kept_for_builds: list[str] = field(default_factory=list)  # segments an in-flight build leased
     bytes: int = 0
@@ -69,6 +74,7 @@ class GcPlan:
             "versions": self.versions,
             "segments": self.segments,
             "leftovers": self.leftovers,
+            "chunks": self.chunks,
             "kept_for_runs": self.kept_for_runs,
             "kept_for_builds": self.kept_for_builds,
         }
@@ -168,6 +174,7 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
         )
     )
     ds_root = mf.datasets_root(data_root)
+    unrecorded_kept: list[str] = []  # published, not recorded yet, too young to collect
     for ds_dir in sorted(ds_root.iterdir()) if ds_root.is_dir() else []:
         if not ds_dir.is_dir():
             continue
@@ -179,6 +186,16 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
             unrecorded = not folder.name.startswith(".") and rel not in recorded
             if (stale_staging or unrecorded) and _old(folder, now, min_age_s):
                 plan.leftovers.append(rel)
+            elif unrecorded:
+                unrecorded_kept.append(rel)
+    plan.chunks = plan_chunks(
+        session,
+        data_root,
+        dropped={v["version_id"] for v in plan.versions},
+        unrecorded_folders=unrecorded_kept,
+        min_age_s=min_age_s,
+    )
+    plan.bytes += sum(c["bytes"] for c in plan.chunks)
     return plan
 
 
@@ -238,6 +255,8 @@ def _apply(
             session.execute(delete(VersionSample).where(VersionSample.version_id == vid))
             session.execute(delete(VersionInvalid).where(VersionInvalid.version_id == vid))
             session.execute(delete(VersionSegment).where(VersionSegment.version_id == vid))
+            session.execute(delete(VersionChunk).where(VersionChunk.version_id == vid))
+        delete_chunks(session, data_root, plan.chunks)
         delete_processed_for_segments(
             session, [s["segment_id"] for s in plan.segments if s["recorded"]]
         )
@@ -249,6 +268,7 @@ def _apply(
         shutil.rmtree(data_root / s["path"], ignore_errors=True)
     for rel in plan.leftovers:
         shutil.rmtree(data_root / rel, ignore_errors=True)
+    remove_chunk_files(data_root, plan.chunks)
     clean_stale_temps(data_root)
     prune_expired(data_root)  # leases of builds that died long ago
     return plan

@@ -1,13 +1,18 @@
 """The on-disk layout of a dataset version, and the content-addressed identity of one.
 
-``DATA_ROOT/datasets/<dataset>/<version_id>/``:
-- ``metadata.jsonl``: one line per lake path (index, path, md5, label, split, segment, row, size,
-  mtime, duplicate, and ``line`` for table rows, ``copy`` for augmented copies);
-- ``index_segment.npy`` (int32, position in the manifest's segment list), ``index_row.npy``
-  (int64), ``labels.npy`` (int64 class index, -1 = no label) and ``splits.npy`` (int8, 0 = train,
-  1 = val): what the reader maps;
-- ``invalid.jsonl``: files (and table lines) left out, with the reason;
-- ``manifest.json``: written last; a folder without it is never a version.
+``DATA_ROOT/datasets/<dataset>/<version_id>/`` (format 2, written since issue 12):
+- ``manifest.json``: written last; a folder without it is never a version. Its ``chunks``
+  section names the version's chunk tree (``nodes`` in order, each listing its leaves), shared
+  with every version holding the same samples (pipeline/datasets/chunks.py);
+- ``parts.txt``: the leaves' metadata parts in order, relative to DATA_ROOT, so that
+  ``cd DATA_ROOT && xargs cat < datasets/<d>/<v>/parts.txt`` prints the version's metadata
+  (one JSON line per sample: path, md5, label, split, segment, row, size, mtime_ns, duplicate,
+  and ``line`` for table rows, ``copy`` for augmented copies; no ``index``: the line number);
+- ``invalid.jsonl``: files (and table lines) left out, with the reason.
+
+Format 1 (still read) kept everything in the folder: ``metadata.jsonl`` (the same lines plus
+``index``), ``index_segment.npy`` (int32, position in the manifest's segment list),
+``index_row.npy`` (int64), ``labels.npy`` (int64, -1 = no label), ``splits.npy`` (int8, 1 = val).
 
 ``DATA_ROOT/datasets/<dataset>/HEAD`` names the dataset's head (what ``latest`` means) for a
 reader without a store, and ``head_history.jsonl`` lists its moves, append-only. Both mirror
@@ -24,10 +29,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = (1,)
+FORMAT_VERSION = 2
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 METADATA = "metadata.jsonl"
+PARTS = "parts.txt"
 INVALID = "invalid.jsonl"
 INDEX_SEGMENT = "index_segment.npy"
 INDEX_ROW = "index_row.npy"

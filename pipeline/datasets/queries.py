@@ -14,19 +14,21 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from pipeline.datasets.head import head_version
-from pipeline.datasets.manifest import VersionNotFound
+
+# Re-exported: the CLI and the DAG tasks catch it from here.
+from pipeline.datasets.manifest import VersionNotFound  # noqa: F401
+from pipeline.datasets.refs import resolve_row
+from pipeline.datasets.version_rows import diff_maps, path_diff, sample_rows
 from pipeline.metadata.datasets import (
     VERSION_COMMITTED,
     DatasetHead,
     DatasetHeadMove,
     DatasetVersion,
     VersionInvalid,
-    VersionSample,
 )
 from pipeline.metadata.store import MetadataStore, open_store
 
 _MD5 = re.compile(r"[0-9a-fA-F]{32}")
-_HEX = re.compile(r"[0-9a-fA-F]{1,64}")
 
 
 def version_summary(v: DatasetVersion) -> dict[str, Any]:
@@ -163,34 +165,8 @@ def head_history(
 
 
 def _resolve(session: Session, ref: str, dataset: str | None) -> DatasetVersion:
-    ref = ref.strip()
-    base = select(DatasetVersion).where(DatasetVersion.status == VERSION_COMMITTED)
-    if dataset is not None:
-        base = base.where(DatasetVersion.dataset == dataset)
-    if ref == "latest":  # the head, never the newest created
-        if dataset is None:
-            raise VersionNotFound("'latest' needs a dataset name")
-        row = latest_committed(session, dataset)
-        if row is None:
-            raise VersionNotFound(f"dataset {dataset!r} has no committed version")
-        return row
-    row = session.scalars(base.where(DatasetVersion.tag == ref)).first()
-    if row is not None:
-        return row
-    if _HEX.fullmatch(ref):
-        matches = list(
-            session.scalars(base.where(DatasetVersion.version_id.startswith(ref.lower())).limit(3))
-        )
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            raise VersionNotFound(
-                f"version prefix {ref!r} is ambiguous: it matches several versions; give more digits"
-            )
-    where = f" of dataset {dataset!r}" if dataset else ""
-    raise VersionNotFound(
-        f"no committed version{where} matches {ref!r} (an id, a unique id prefix, a tag or 'latest')"
-    )
+    """The committed version ``ref`` names: the one rule set of pipeline/datasets/refs.py."""
+    return resolve_row(session, ref, dataset)
 
 
 def resolve_version(
@@ -241,17 +217,6 @@ def invalid_files(
         return _invalid(session, _resolve(session, version_ref, dataset).version_id)
 
 
-def _paths(session: Session, version_id: str) -> dict[str, tuple[str, str | None]]:
-    out: dict[str, tuple[str, str | None]] = {}
-    t = VersionSample.__table__
-    rows = session.connection().execute(
-        select(t.c.path, t.c.md5, t.c.label).where(t.c.version_id == version_id).order_by(t.c.idx)
-    )
-    for path, md5, label in rows:
-        out.setdefault(path, (md5, label))
-    return out
-
-
 def diff_versions(
     a: str,
     b: str,
@@ -261,15 +226,13 @@ def diff_versions(
     store: MetadataStore | None = None,
 ) -> dict[str, Any]:
     """What changed from version ``a`` to version ``b``, by lake path: added, removed and
-    changed (other md5 or label) files, each with its md5(s)."""
-    from pipeline.datasets.build import path_diff
-
+    changed (other md5 or label) files, each with its md5(s). Two chunked versions read only
+    the leaves they do not share (version_rows.diff_maps)."""
     store = store or open_store()
     with store.session() as session:
         va = _resolve(session, a, dataset)
         vb = _resolve(session, b, dataset)
-        old = _paths(session, va.version_id)
-        new = _paths(session, vb.version_id)
+        old, new = diff_maps(session, va.version_id, vb.version_id)
     d = path_diff(old, new)
     cut = (lambda xs: xs[:limit]) if limit is not None else (lambda xs: xs)
     return {
@@ -307,29 +270,25 @@ def versions_containing(
     entry per (version, path)."""
     store = store or open_store()
     key = path_or_md5.strip()
-    cond = (
-        VersionSample.md5 == key.lower()
-        if _MD5.fullmatch(key)
-        else VersionSample.path == key.lstrip("/")
-    )
+    t = sample_rows(md5=key.lower()) if _MD5.fullmatch(key) else sample_rows(path=key.lstrip("/"))
     # One row per (version, path): a table file or augmented copies give several samples.
     columns = (
         DatasetVersion.dataset,
         DatasetVersion.version_id,
         DatasetVersion.tag,
         DatasetVersion.created_at,
-        VersionSample.path,
-        VersionSample.md5,
-        VersionSample.label,
-        VersionSample.split,
-        VersionSample.duplicate,
+        t.c.path,
+        t.c.md5,
+        t.c.label,
+        t.c.split,
+        t.c.duplicate,
     )
     query = (
-        select(*columns, func.min(VersionSample.idx))
-        .join(DatasetVersion, DatasetVersion.version_id == VersionSample.version_id)
-        .where(cond, DatasetVersion.status == VERSION_COMMITTED)
+        select(*columns, func.min(t.c.idx))
+        .join(DatasetVersion, DatasetVersion.version_id == t.c.version_id)
+        .where(DatasetVersion.status == VERSION_COMMITTED)
         .group_by(*columns)
-        .order_by(DatasetVersion.created_at.desc(), VersionSample.path)
+        .order_by(DatasetVersion.created_at.desc(), t.c.path)
         .limit(limit)
     )
     with store.session() as session:

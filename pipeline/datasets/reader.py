@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.chunkindex import assemble_index
+from pipeline.datasets.chunks import read_meta, walk_leaves
 from pipeline.datasets.manifest import ManifestError, VersionNotFound
 from pipeline.datasets.segments import ZARR_NAME
 
@@ -58,63 +60,10 @@ def open_version(
         row = resolve_version(version, dataset=name, store=store)
         folder = data_root / row["path"]
     else:
-        folder = _resolve_on_disk(data_root, name, version)
+        from pipeline.datasets.refs import resolve_on_disk
+
+        folder = resolve_on_disk(data_root, name, version)
     return VersionReader(folder, data_root)
-
-
-def _resolve_on_disk(data_root: Path, name: str, version: str) -> Path:
-    base = mf.datasets_root(data_root) / name
-    if not base.is_dir():
-        raise VersionNotFound(f"dataset {name!r} has no versions under {base}")
-    candidates = [
-        p
-        for p in base.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and (p / mf.MANIFEST).is_file()
-    ]
-    if not candidates:
-        raise VersionNotFound(f"dataset {name!r} has no published versions under {base}")
-    if version == LATEST:
-        head = mf.read_head(data_root, name)
-        if head is not None:
-            # The head: the version matching the lake after its last build (it can be older
-            # than the newest created). Never another one when its folder is gone.
-            folder = base / head["version_id"]
-            if not (folder / mf.MANIFEST).is_file():
-                raise VersionNotFound(
-                    f"dataset {name!r}: {mf.head_path(data_root, name)} names version "
-                    f"{head['version_id']}, which is not published under {base}"
-                )
-            return folder
-
-        # No HEAD file: data built before heads existed, when latest was the newest created.
-        def created(p: Path) -> str:
-            try:
-                return json.loads((p / mf.MANIFEST).read_text()).get("created_at", "")
-            except (OSError, json.JSONDecodeError):
-                return ""
-
-        return max(candidates, key=lambda p: (created(p), p.name))
-    exact = [p for p in candidates if p.name == version]
-    if exact:
-        return exact[0]
-    by_prefix = (
-        [p for p in candidates if p.name.startswith(version.lower())] if version.isalnum() else []
-    )
-    if len(by_prefix) == 1:
-        return by_prefix[0]
-    if len(by_prefix) > 1:
-        raise VersionNotFound(
-            f"version prefix {version!r} of {name!r} is ambiguous: {len(by_prefix)} versions match"
-        )
-    for p in candidates:
-        try:
-            if json.loads((p / mf.MANIFEST).read_text()).get("tag") == version:
-                return p
-        except (OSError, json.JSONDecodeError):
-            continue
-    raise VersionNotFound(
-        f"dataset {name!r} has no version {version!r} (id, id prefix, tag or 'latest')"
-    )
 
 
 class VersionReader:
@@ -127,15 +76,25 @@ class VersionReader:
         *,
         _subset: np.ndarray | None = None,
         _split: str | None = None,
+        _shared: tuple | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.manifest, self.manifest_sha256 = mf.read_manifest(self.folder)
         # Segment paths are relative to DATA_ROOT; an exported copy keeps them in its own folder.
         self.data_root = Path(data_root) if data_root is not None else self.folder.parents[2]
-        self._seg_all = np.load(self.folder / mf.INDEX_SEGMENT)
-        self._row_all = np.load(self.folder / mf.INDEX_ROW)
-        self._y_all = np.load(self.folder / mf.LABELS).astype(np.int64, copy=False)
-        self._val_all = np.load(self.folder / mf.SPLITS).astype(bool)
+        self._chunked = self.manifest["format_version"] >= 2
+        self._md5_all: np.ndarray | None = None
+        if _shared is not None:  # a split view: the full index is its parent's
+            self._seg_all, self._row_all, self._y_all, self._val_all, self._md5_all = _shared
+        elif self._chunked:
+            self._seg_all, self._row_all, self._y_all, self._val_all, self._md5_all = (
+                assemble_index(self.data_root, self.manifest)
+            )
+        else:  # format 1: a self-contained folder with the index arrays in it
+            self._seg_all = np.load(self.folder / mf.INDEX_SEGMENT)
+            self._row_all = np.load(self.folder / mf.INDEX_ROW)
+            self._y_all = np.load(self.folder / mf.LABELS).astype(np.int64, copy=False)
+            self._val_all = np.load(self.folder / mf.SPLITS).astype(bool)
         n = len(self._seg_all)
         if not (len(self._row_all) == len(self._y_all) == n == self.manifest["counts"]["samples"]):
             raise mf.ManifestError(
@@ -299,7 +258,10 @@ class VersionReader:
             raise ValueError(f"split must be 'train' or 'val', got {name!r}")
         is_val = self._val_all[self._indices]
         subset = self._indices[is_val if name == "val" else ~is_val]
-        return VersionReader(self.folder, self.data_root, _subset=subset, _split=name)
+        shared = (self._seg_all, self._row_all, self._y_all, self._val_all, self._md5_all)
+        return VersionReader(
+            self.folder, self.data_root, _subset=subset, _split=name, _shared=shared
+        )
 
     def shuffled_indices(self, seed: int, *, window_chunks: int = 4) -> np.ndarray:
         """A random order of this reader's indices for one epoch. For zarr it is chunk-aware:
@@ -325,19 +287,31 @@ class VersionReader:
         return self._y.astype(np.int64)
 
     def md5s(self) -> np.ndarray:
+        if self._md5_all is not None:
+            return self._md5_all[self._indices].astype(str)
         lines = self._metadata_lines()
         return np.asarray([json.loads(lines[int(j)])["md5"] for j in self._indices], dtype=str)
 
     def metadata(self, i: int) -> dict:
         """The metadata.jsonl record of sample ``i`` (path, md5, label, split, segment, row...)."""
         j = int(self._indices[i])
-        return json.loads(self._metadata_lines()[j])
+        record = json.loads(self._metadata_lines()[j])
+        if self._chunked:
+            # A leaf's part has no position-dependent field: ``index`` is the place in the
+            # version, as format 1 wrote it (keys sorted like its lines).
+            record["index"] = j
+            record = dict(sorted(record.items()))
+        return record
 
     # ---- internals ---------------------------------------------------------------------------
 
     def _metadata_lines(self) -> list[str]:
         if self._meta is None:
-            text = (self.folder / mf.METADATA).read_text()
+            if self._chunked:
+                leaves = walk_leaves(self.data_root, self.manifest["chunks"])
+                text = b"".join(read_meta(self.data_root, leaf.hash) for leaf in leaves).decode()
+            else:
+                text = (self.folder / mf.METADATA).read_text()
             self._meta = text.splitlines()
         return self._meta
 

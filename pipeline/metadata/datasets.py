@@ -1,6 +1,6 @@
 """Dataset models: processed samples, segments, versions and their samples.
 
-Owned by the versioned-datasets work; created by migration 0002 (heads: 0004).
+Owned by the versioned-datasets work; created by migration 0002 (heads: 0004, chunks: 0006).
 
 The store is the source for every listing (versions, show, diff, contains): the CLI and the UI
 never read version folders to answer them. Version folders on disk are the source for the
@@ -155,6 +155,66 @@ class VersionSegment(Base):
 
     version_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     segment_id: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+
+
+CHUNK_LEAF = "leaf"
+CHUNK_NODE = "node"
+
+
+class Chunk(Base):
+    """One content-addressed chunk file group under DATA_ROOT/chunks/ (pipeline/datasets/chunks.py):
+    a leaf (a run of samples: metadata part + index) or an interior node (a list of leaves).
+    Written once, shared by every version that contains it; created by migration 0006."""
+
+    __tablename__ = "chunks"
+
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8), doc="leaf | node")
+    count: Mapped[int] = mapped_column(Integer, doc="samples in it (under it, for a node)")
+    bytes: Mapped[int] = mapped_column(BigInteger, doc="size of the metadata part(s)")
+    sha256: Mapped[str | None] = mapped_column(
+        String(64), doc="sha256 of a leaf's .idx file (a node's name is its own checksum)"
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class VersionChunk(Base):
+    """A version's LEAVES in order: ~one row per 128 samples, instead of one per sample.
+    ``start`` is the version index of the leaf's first sample. No foreign keys, like
+    ``version_samples`` (a gc'd version published again is deleted and re-inserted)."""
+
+    __tablename__ = "version_chunks"
+
+    version_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    ordinal: Mapped[int] = mapped_column(Integer, primary_key=True)
+    chunk_hash: Mapped[str] = mapped_column(String(64), index=True)
+    start: Mapped[int] = mapped_column(BigInteger)
+
+
+class ChunkEntry(Base):
+    """One sample of one DISTINCT leaf (``pos`` = its place in the leaf), shared by every version
+    holding the leaf: the index over chunk contents that answers contains (by path or md5) and
+    lets a diff read only the leaves that differ. Written once, with the leaf's ``chunks`` row."""
+
+    __tablename__ = "chunk_entries"
+    __table_args__ = (
+        Index("ix_chunk_entries_chunk_pos", "chunk_hash", "pos", unique=True),
+        Index("ix_chunk_entries_path", "path"),
+        Index("ix_chunk_entries_md5", "md5"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    chunk_hash: Mapped[str] = mapped_column(String(64))
+    pos: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(4096))
+    md5: Mapped[str] = mapped_column(String(32))
+    label: Mapped[str | None] = mapped_column(String(255))
+    split: Mapped[str] = mapped_column(String(8))
+    segment_id: Mapped[str] = mapped_column(String(64))
+    row: Mapped[int] = mapped_column(BigInteger)
+    line: Mapped[int | None] = mapped_column(Integer)
+    copy: Mapped[int] = mapped_column(Integer, default=0)
+    duplicate: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 HEAD_PUBLISHED = "published"  # a new version became the head

@@ -16,7 +16,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from pipeline.datasets.queries import version_summary
-from pipeline.metadata.datasets import DatasetVersion, VersionInvalid, VersionSample
+from pipeline.datasets.version_rows import sample_rows
+from pipeline.metadata.datasets import DatasetVersion, VersionInvalid
 from pipeline.metadata.runs import TrainingRun
 from pipeline.metadata.store import MetadataStore
 from pipeline.ui.diff import diff_versions
@@ -196,10 +197,9 @@ def class_split_counts(
             if rest > 0:
                 by_label.setdefault(None, {})[split] = rest
     else:
+        t = sample_rows(version_id)
         rows = session.execute(
-            select(VersionSample.label, VersionSample.split, func.count())
-            .where(VersionSample.version_id == version_id)
-            .group_by(VersionSample.label, VersionSample.split)
+            select(t.c.label, t.c.split, func.count()).group_by(t.c.label, t.c.split)
         ).all()
         for label, split, n in rows:
             by_label.setdefault(label, {})[split] = n
@@ -335,16 +335,9 @@ def thumbnail_rows(
     per_class = max(1, min(per_class, 32))
     with store.session() as s:
         v = resolve(store, s, ref, dataset)
-        rn = (
-            func.row_number()
-            .over(partition_by=VersionSample.label, order_by=VersionSample.idx)
-            .label("rn")
-        )
-        inner = (
-            select(VersionSample.idx, VersionSample.label, VersionSample.path, rn)
-            .where(VersionSample.version_id == v.version_id)
-            .subquery()
-        )
+        t = sample_rows(v.version_id)  # chunked or format 1 alike
+        rn = func.row_number().over(partition_by=t.c.label, order_by=t.c.idx).label("rn")
+        inner = select(t.c.idx, t.c.label, t.c.path, rn).subquery()
         rows = s.execute(
             select(inner.c.idx, inner.c.label, inner.c.path)
             .where(inner.c.rn <= per_class)

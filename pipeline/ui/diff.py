@@ -11,6 +11,7 @@ from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from pipeline.datasets.queries import version_summary
+from pipeline.datasets.version_rows import diff_maps, is_chunked, path_diff
 from pipeline.metadata.datasets import VersionSample
 from pipeline.metadata.store import MetadataStore
 from pipeline.ui.params import clamp
@@ -36,14 +37,22 @@ def diff_versions(
     slow on the other: see bench/ui.py). Otherwise (table files, augmented copies) both sides
     are streamed in path order and merged in Python, which stays linear where a join would
     multiply the rows of a path. ``method`` forces "sql" or "merge", for tests.
+
+    When either side is chunked (manifest format 2, no ``version_samples`` rows), the leaf
+    lists are compared and only the leaves that differ are read (version_rows.diff_maps);
+    ``method`` is then "chunks" whatever was asked.
     """
     limit, offset = clamp(limit, offset)
     with store.session() as s:
         va, vb = resolve_pair(store, s, a, b, dataset)
-        if method is None:
+        if is_chunked(s, va.version_id) or is_chunked(s, vb.version_id):
+            method = "chunks"
+        elif method is None:
             one_row_per_path = va.samples == va.files and vb.samples == vb.files
             method = "sql" if one_row_per_path else "merge"
-        if method == "sql":
+        if method == "chunks":
+            counts, pages = _diff_chunks(s, va.version_id, vb.version_id, limit, offset)
+        elif method == "sql":
             if s.get_bind().dialect.name == "sqlite":
                 # Against its parent, the build already counted this diff (same rule, same rows).
                 known = None
@@ -229,4 +238,35 @@ def _diff_merge(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[di
                 )
             i += 1
             j += 1
+    return counts, pages
+
+
+def _diff_chunks(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[dict, dict]:
+    """Chunked versions: the paths of the leaves that differ, classified and paged here (in
+    Python's order, as the merge)."""
+    old, new = diff_maps(s, a, b)
+    d = path_diff(old, new)
+    window = slice(offset, offset + limit)
+    counts = {kind: len(paths) for kind, paths in d.items()}
+    pages = {
+        "added": [
+            {"path": p, "md5": new[p][0], "label": new[p][1], "split": new[p][2]}
+            for p in d["added"][window]
+        ],
+        "removed": [
+            {"path": p, "md5": old[p][0], "label": old[p][1], "split": old[p][2]}
+            for p in d["removed"][window]
+        ],
+        "changed": [
+            {
+                "path": p,
+                "old_md5": old[p][0],
+                "md5": new[p][0],
+                "old_label": old[p][1],
+                "label": new[p][1],
+                "split": new[p][2],
+            }
+            for p in d["changed"][window]
+        ],
+    }
     return counts, pages

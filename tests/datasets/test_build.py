@@ -36,7 +36,7 @@ def test_first_build_publishes_counts_splits_classes_and_train_stats(store, home
     assert v.tag == f"pets_v{v.created_at[:10].replace('-', '')}_{v.version_id[:8]}"
     data_root = home / "data"
     m = _manifest(data_root, v)
-    assert m["format_version"] == 1 and m["id"] == v.version_id and m["classes"] == ["cat", "dog"]
+    assert m["format_version"] == 2 and m["id"] == v.version_id and m["classes"] == ["cat", "dog"]
     recipe = load_recipe("pets")
     expected = {"train": {}, "val": {}}
     for p in paths:
@@ -119,10 +119,9 @@ def test_duplicate_content_is_processed_once_and_flagged(store, home):
     shutil.copy(lake / "cat" / "003.jpg", lake / "cat" / "zz_copy.jpg")
     report = _build(store)
     assert report.decoded == 12  # 14 paths, 12 distinct contents
-    lines = [
-        json.loads(x)
-        for x in (home / "data" / report.version.path / "metadata.jsonl").read_text().splitlines()
-    ]
+    data_root = home / "data"
+    parts = (data_root / report.version.path / "parts.txt").read_text().split()
+    lines = [json.loads(x) for p in parts for x in (data_root / p).read_text().splitlines()]
     md5 = hashlib.md5((lake / "cat" / "003.jpg").read_bytes()).hexdigest()
     same = [rec for rec in lines if rec["md5"] == md5]
     assert [(r["path"], r["duplicate"]) for r in same] == [

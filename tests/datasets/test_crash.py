@@ -108,6 +108,7 @@ def _complete_versions_on_disk(data_root: Path) -> list[str]:
         ("segment_before_rename", 2),  # second segment written under its temp name
         ("segment_renamed", 2),  # second segment published, not recorded: reused
         ("before_commit", 1),  # every segment recorded, no version yet
+        ("chunks_written", 1),  # the version's chunk files written, no manifest yet
         ("commit_staged", 1),  # version folder staged, not renamed
         ("commit_renamed", 1),  # version folder published, store not committed
     ],
@@ -145,6 +146,34 @@ def test_killed_build_reruns_to_the_same_version(store, home, tmp_path, monkeypa
         if not p.name.startswith(".") and not p.parent.name.startswith(".")  # .leases
     }
     assert on_disk == {s["id"] for s in r.manifest["segments"]}
+    _assert_chunks_recorded_and_complete(store, data_root, r)
+
+
+def _assert_chunks_recorded_and_complete(store, data_root: Path, r) -> None:
+    """The version's chunk files are all there (no temp left), and the store records exactly
+    its leaves, in order, with their entries, and its nodes."""
+    from sqlalchemy import select
+
+    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.metadata.datasets import Chunk, ChunkEntry, VersionChunk
+
+    assert r.manifest["format_version"] == 2
+    leaves = walk_leaves(data_root, r.manifest["chunks"])
+    assert not list((data_root / "chunks").glob("*/.tmp-*"))
+    names = {p.name.split(".")[0] for p in (data_root / "chunks").glob("*/*")}
+    assert names == {leaf.hash for leaf in leaves} | {
+        n["hash"] for n in r.manifest["chunks"]["nodes"]
+    }
+    with store.session() as session:
+        listed = session.scalars(
+            select(VersionChunk.chunk_hash)
+            .where(VersionChunk.version_id == r.version_id)
+            .order_by(VersionChunk.ordinal)
+        ).all()
+        assert listed == [leaf.hash for leaf in leaves]
+        assert set(session.scalars(select(Chunk.hash))) == names
+        entries = session.execute(select(ChunkEntry.chunk_hash, ChunkEntry.md5)).all()
+    assert sorted(m for _, m in entries) == sorted(r.md5s().tolist())
 
 
 def test_two_concurrent_builds_publish_exactly_one_version(store, home):

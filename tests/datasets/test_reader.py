@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import pickle
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -70,16 +71,25 @@ def test_split_views_partition_the_version_and_do_not_leak(two_versions):
 
 def test_check_leakage_finds_an_md5_in_both_splits(two_versions, home, tmp_path):
     from pipeline.datasets.checks import check_leakage
+    from pipeline.datasets.chunks import write_tree
     from pipeline.datasets.reader import VersionReader, open_version
 
     r = open_version("pets")
     forged = home / "data" / "datasets" / "pets" / "forged"
     shutil.copytree(r.folder, forged)
-    lines = [json.loads(x) for x in (forged / "metadata.jsonl").read_text().splitlines()]
+    lines = [r.metadata(i) for i in range(len(r))]
     a_train = next(rec for rec in lines if rec["split"] == "train")
     a_val = next(rec for rec in lines if rec["split"] == "val")
     a_val["md5"] = a_train["md5"]
-    (forged / "metadata.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    # The forged version's own chunk tree (the real version's chunks stay as they are).
+    samples = [
+        SimpleNamespace(**{**rec, "segment_id": rec["segment"], "line": None, "copy": 0})
+        for rec in lines
+    ]
+    tree = write_tree(home / "data", samples)
+    manifest = json.loads((forged / "manifest.json").read_text())
+    manifest["chunks"] = tree.manifest_section()
+    (forged / "manifest.json").write_text(json.dumps(manifest))
     assert check_leakage(VersionReader(forged, home / "data")) == [a_train["md5"]]
 
 

@@ -19,6 +19,10 @@ from tests.ui.lakedata import build_two_versions
 
 @pytest.fixture
 def built(store, lt_env, monkeypatch):
+    return _build(store, lt_env, monkeypatch)
+
+
+def _build(store, lt_env, monkeypatch):
     from pipeline.settings import get_settings
     from tests.ui.lakedata import REPO
 
@@ -88,8 +92,20 @@ def test_a_damaged_segment_is_a_clear_error_naming_version_and_segment(
     assert Image.open(io.BytesIO(img.content)).size[0] > 0
 
 
-def test_an_index_past_a_segments_rows_is_a_clear_error(client, built, lt_env):
-    v2 = built.v2
+@pytest.fixture
+def built_format_1(store, lt_env, monkeypatch):
+    """Versions as published before chunks (self-contained folders, an index_row.npy)."""
+    from pipeline.datasets.build import committing
+
+    monkeypatch.setattr(committing, "WRITE_FORMAT", 1, raising=False)
+    return _build(store, lt_env, monkeypatch)
+
+
+def test_an_index_past_a_segments_rows_is_a_clear_error(store, built_format_1, lt_env):
+    client = TestClient(
+        create_app(lambda: None, get_store=lambda: store), raise_server_exceptions=False
+    )
+    v2 = built_format_1.v2
     index_row = lt_env / "data" / v2["path"] / "index_row.npy"
     rows = np.load(index_row)
     np.save(index_row, rows + 10_000)
@@ -100,14 +116,19 @@ def test_an_index_past_a_segments_rows_is_a_clear_error(client, built, lt_env):
 def test_a_store_row_past_the_version_folder_is_a_clear_error(client, built, store):
     from sqlalchemy import update
 
-    from pipeline.metadata.datasets import VersionSample
+    from pipeline.metadata.datasets import VersionChunk, VersionSample
 
     v2 = built.v2
-    with store.session() as s:
+    with store.session() as s:  # whichever the version has: format-1 rows or chunked leaves
         s.execute(
             update(VersionSample)
             .where(VersionSample.version_id == v2["version_id"])
             .values(idx=VersionSample.idx + 1_000_000)
+        )
+        s.execute(
+            update(VersionChunk)
+            .where(VersionChunk.version_id == v2["version_id"])
+            .values(start=VersionChunk.start + 1_000_000)
         )
     r = client.get(f"/api/versions/{v2['version_id']}/thumbnails.png")
     _assert_damage_named(r, v2, "the store and the folder disagree")

@@ -1,0 +1,134 @@
+"""The store's record of a chunked version: ``chunks`` rows and ``chunk_entries`` rows for the
+leaves (and nodes) the store does not hold yet, and the version's ``version_chunks`` (its
+leaves in order). A leaf shared with an older version costs one ``version_chunks`` row here,
+nothing else: its entries are already recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from pipeline.datasets.chunks import LeafRef, NodeRef, Tree, read_entries, walk_leaves
+from pipeline.metadata.base import utcnow
+from pipeline.metadata.datasets import CHUNK_LEAF, CHUNK_NODE, VersionChunk
+from pipeline.metadata.driver import driver_executemany, driver_rows
+
+_IN_BATCH = 1000
+_INSERT_BATCH = 5000
+_ENTRY_COLUMNS = (
+    "pos",
+    "path",
+    "md5",
+    "label",
+    "split",
+    "segment_id",
+    "row",
+    "line",
+    "copy",
+    "duplicate",
+)
+
+
+def _stored(session: Session, kind: str, hashes: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for i in range(0, len(hashes), _IN_BATCH):
+        part = hashes[i : i + _IN_BATCH]
+        out.update(
+            driver_rows(
+                session,
+                f"SELECT hash, sha256 FROM chunks WHERE kind = ? AND hash IN ({', '.join('?' * len(part))})",
+                (kind, *part),
+            )
+        )
+    return out
+
+
+def known_leaves(session: Session) -> Callable[[list[str]], dict[str, str]]:
+    """For chunks.write_tree: the leaves the store already holds, with their .idx checksum."""
+
+    def lookup(hashes: list[str]) -> dict[str, str]:
+        return {h: sha for h, sha in _stored(session, CHUNK_LEAF, hashes).items() if sha}
+
+    return lookup
+
+
+def _entries_from_disk(data_root: Path, leaf: LeafRef) -> list[dict]:
+    """A leaf's entries from its metadata part (a version published before a crash lost its
+    store record: the chunk files are the truth)."""
+    return [
+        {
+            "pos": k,
+            "path": r["path"],
+            "md5": r["md5"],
+            "label": r["label"],
+            "split": r["split"],
+            "segment_id": r["segment"],
+            "row": int(r["row"]),
+            "line": r.get("line"),
+            "copy": int(r.get("copy", 0)),
+            "duplicate": bool(r["duplicate"]),
+        }
+        for k, r in enumerate(read_entries(data_root, leaf.hash))
+    ]
+
+
+def record_tree(
+    session: Session, version_id: str, data_root: Path, manifest: dict, tree: Tree | None
+) -> None:
+    """Record the version's chunks. ``tree`` is what this commit wrote; None when the version
+    was found published on disk (then its leaves are walked from the manifest)."""
+    section = manifest["chunks"]
+    if tree is None:
+        leaves = walk_leaves(data_root, section)
+        nodes = [NodeRef(n["hash"], n["count"], n["bytes"]) for n in section["nodes"]]
+        have = _stored(session, CHUNK_LEAF, [leaf.hash for leaf in leaves])
+        new_leaves = [
+            (leaf, _entries_from_disk(data_root, leaf)) for leaf in leaves if leaf.hash not in have
+        ]
+    else:
+        leaves, nodes, new_leaves = tree.leaves, tree.nodes, tree.new_leaves
+        # write_tree reported the leaves the store lacked when it looked, in this transaction.
+    now = utcnow()
+    have_nodes = _stored(session, CHUNK_NODE, [n.hash for n in nodes])
+    chunk_rows = [
+        (leaf.hash, CHUNK_LEAF, leaf.count, leaf.bytes, leaf.sha256_idx, now)
+        for leaf, _ in new_leaves
+    ]
+    chunk_rows += [
+        (n.hash, CHUNK_NODE, n.count, n.bytes, None, now)
+        for n in dict.fromkeys(nodes)
+        if n.hash not in have_nodes
+    ]
+    driver_executemany(
+        session,
+        'INSERT INTO chunks (hash, kind, "count", bytes, sha256, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+        chunk_rows,
+        batch=_INSERT_BATCH,
+    )
+    cols = ", ".join(f'"{c}"' for c in ("chunk_hash", *_ENTRY_COLUMNS))
+    driver_executemany(
+        session,
+        f"INSERT INTO chunk_entries ({cols}) VALUES ({', '.join('?' * (len(_ENTRY_COLUMNS) + 1))})",
+        [
+            (leaf.hash, *(e[c] for c in _ENTRY_COLUMNS))
+            for leaf, entries in new_leaves
+            for e in entries
+        ],
+        batch=_INSERT_BATCH,
+    )
+    # A gc'd version published again: its old leaf list goes first.
+    session.execute(delete(VersionChunk).where(VersionChunk.version_id == version_id))
+    rows = []
+    start = 0
+    for ordinal, leaf in enumerate(leaves):
+        rows.append((version_id, ordinal, leaf.hash, start))
+        start += leaf.count
+    driver_executemany(
+        session,
+        'INSERT INTO version_chunks (version_id, ordinal, chunk_hash, "start") VALUES (?, ?, ?, ?)',
+        rows,
+        batch=_INSERT_BATCH,
+    )

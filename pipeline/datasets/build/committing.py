@@ -1,0 +1,262 @@
+"""commit: publish the version of the dataset's current contents and move the head."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from pipeline.datasets import head
+from pipeline.datasets import manifest as mf
+from pipeline.datasets.build.assemble import (
+    _assemble,
+    _diff,
+    _version_paths,
+)
+from pipeline.datasets.build.chunkrows import known_leaves, record_tree
+from pipeline.datasets.build.contents import _manifest
+from pipeline.datasets.build.planning import _current_files
+from pipeline.datasets.build.record import (
+    _record_segment,
+)
+from pipeline.datasets.build.values import (
+    SegmentRef,
+    Version,
+    _recipe,
+    _Sample,
+    _settings,
+)
+from pipeline.datasets.build.writer import (
+    VersionWriter,
+    _clean_staging,
+    _publish,
+    invalid_bytes,
+)
+from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.leases import (
+    check_counted_on,
+    released_after,
+)
+from pipeline.datasets.queries import latest_committed
+from pipeline.datasets.segments import (
+    clean_stale_temps,
+    read_info,
+    segments_guard,
+)
+from pipeline.gcpause import gc_paused
+from pipeline.metadata.datasets import (
+    VERSION_COMMITTED,
+    DatasetLock,
+    DatasetVersion,
+    Segment,
+    VersionInvalid,
+    VersionSegment,
+)
+from pipeline.metadata.driver import driver_executemany
+from pipeline.metadata.locks import ensure_lock_row, take_lock_row
+from pipeline.metadata.store import MetadataStore, open_store
+
+_INSERT_BATCH = 5000
+# The manifest format commits write. Tests set it to 1 to write today's self-contained folders
+# (with version_samples rows) and check the reader's fallback and the store migration on them.
+WRITE_FORMAT = mf.FORMAT_VERSION
+
+
+@gc_paused()
+@released_after  # the leases of this dataset's plans and shards, once committed
+def commit(
+    dataset: str,
+    segments: list[SegmentRef | dict] | None = None,
+    *,
+    store: MetadataStore | None = None,
+    data_root: Path | None = None,
+    lake: Path | None = None,
+) -> Version | None:
+    """Publish the version of the dataset's current contents and make it the head, or move
+    the head back to an older version with the same contents (``head_move`` says which), or
+    return None when the head already is that version. ``segments`` (the outputs of
+    ``process``) are recorded again if a crash lost their records; the version itself is
+    assembled from the store."""
+    from pipeline.datasets.recipes import load_sidecar
+
+    settings = _settings()
+    data_root = Path(data_root or settings.data_root)
+    lake = Path(lake or settings.lake_dir)
+    store = store or open_store()
+    recipe = _recipe(dataset)
+    rh = recipe.recipe_hash
+    refs = [SegmentRef.from_dict(r) if isinstance(r, dict) else r for r in segments or []]
+    if refs:
+        with store.session() as session:
+            recorded = set(
+                session.scalars(
+                    select(Segment.segment_id).where(
+                        Segment.segment_id.in_([r.segment_id for r in refs])
+                    )
+                )
+            )
+        with segments_guard(data_root):  # gc must not remove a folder recorded here
+            for ref in refs:
+                # A segment row is written in the same transaction as its processed samples,
+                # so only a segment without one (a crash between rename and record) needs
+                # reading.
+                folder = data_root / ref.path
+                if ref.segment_id not in recorded and (folder / "segment.json").is_file():
+                    _record_segment(store, dataset, read_info(folder))
+    pause_hook("before_commit")
+    sidecar = load_sidecar(lake / dataset, recipe)
+    ensure_lock_row(store, DatasetLock, dataset)
+    # synced_after is entered before the session so it runs after the session has committed:
+    # the HEAD file mirrors the store's head, never runs ahead of it (pipeline/datasets/head.py).
+    # The segments guard (shared) is taken first, in gc's order (guard, then lock rows): gc
+    # cannot drop a chunk this commit reuses between finding it and recording the version.
+    with (
+        segments_guard(data_root),
+        head.synced_after(store, data_root, dataset),
+        store.session() as session,
+    ):
+        take_lock_row(session, DatasetLock, dataset)
+        files, processed = _current_files(session, dataset, rh)
+        latest = latest_committed(session, dataset)  # the head, not the newest created
+        parent_rows, known_splits = (
+            _version_paths(session, latest.version_id) if latest else ({}, {})
+        )
+        if latest is None or latest.recipe_hash != rh or recipe.split.group_regex:
+            known_splits = {}  # a split depends on the md5 alone only under the same recipe, without group_regex
+        samples, invalid = _assemble(recipe, files, processed, sidecar, known_splits)
+        # Fail, never publish without them, when files lost rows the build counted on.
+        check_counted_on(
+            session, data_root, dataset, recipe, files, processed, [r.segment_id for r in refs]
+        )
+        version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
+        if latest is not None and latest.version_id == version_id:
+            return None
+        existing = session.get(DatasetVersion, version_id)
+        if existing is not None and existing.status == VERSION_COMMITTED:
+            # The lake went back to the content of an older version: that version is it, and
+            # the head moves back to it (latest must name what the lake holds).
+            head.move_head(session, dataset, version_id, head.HEAD_RETURNED)
+            return replace(_version_of(existing), head_move=head.HEAD_RETURNED)
+        parent = latest
+        diff = _diff(parent_rows, samples)
+        folder = mf.version_dir(data_root, dataset, version_id)
+        _clean_staging(folder.parent)
+        clean_stale_temps(data_root, rh)
+        tree = None
+        if (folder / mf.MANIFEST).is_file():
+            # Published before a crash, never recorded: keep what is on disk (same content).
+            manifest, manifest_sha = mf.read_manifest(folder)
+        else:
+            if folder.exists():
+                shutil.rmtree(folder)  # cannot be a version: the manifest is in the renamed folder
+            manifest = _manifest(
+                dataset,
+                recipe,
+                version_id,
+                parent,
+                samples,
+                invalid,
+                processed,
+                diff,
+                session,
+                format_version=WRITE_FORMAT,
+            )
+            if WRITE_FORMAT == 1:
+                manifest_sha = _publish(folder, manifest, samples, invalid)
+            else:
+                with VersionWriter(folder) as writer:
+                    # Chunk files first (only the new ones are written), the manifest last.
+                    tree = writer.chunks(data_root, samples, known_leaves(session))
+                    writer.add(mf.INVALID, invalid_bytes(invalid))
+                    manifest["chunks"] = tree.manifest_section()
+                    manifest_sha = writer.publish(manifest)
+        pause_hook("commit_renamed")
+        row = DatasetVersion(
+            version_id=version_id,
+            dataset=dataset,
+            tag=manifest["tag"],
+            parent_id=manifest["parent"],
+            recipe_hash=rh,
+            format=recipe.format,
+            status=VERSION_COMMITTED,
+            samples=manifest["counts"]["samples"],
+            train=manifest["counts"]["train"],
+            val=manifest["counts"]["val"],
+            files=manifest["counts"]["files"],
+            invalid=manifest["counts"]["invalid"],
+            added=manifest["diff"]["added"],
+            removed=manifest["diff"]["removed"],
+            changed=manifest["diff"]["changed"],
+            path=mf.version_relpath(dataset, version_id),
+            manifest_sha256=manifest_sha,
+            manifest=json.dumps(manifest, sort_keys=True),
+            created_at=datetime.fromisoformat(manifest["created_at"]),
+        )
+        if existing is not None:  # a deleted (gc'd) version published again
+            session.delete(existing)
+            session.flush()
+        session.add(row)
+        session.flush()
+        chunked = manifest["format_version"] >= 2
+        _insert_version_rows(
+            session,
+            version_id,
+            [] if chunked else samples,  # a chunked version's samples are its chunks' entries
+            invalid,
+            [s["id"] for s in manifest["segments"]],
+        )
+        if chunked:
+            record_tree(session, version_id, data_root, manifest, tree)
+        head.move_head(session, dataset, version_id, head.HEAD_PUBLISHED)
+        return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
+
+
+def _insert_version_rows(
+    session: Session,
+    version_id: str,
+    samples: list[_Sample],
+    invalid: list[dict],
+    seg_ids: list[str],
+) -> None:
+    conn = session.connection()
+    # Straight to the DBAPI cursor's executemany with tuples: this is one row per sample per
+    # version, and SQLAlchemy's per-row parameter processing would double its cost.
+    driver_executemany(
+        session,
+        "INSERT INTO version_samples (version_id, idx, path, md5, label, split, duplicate) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (version_id, i, s.path, s.md5, s.label, s.split, s.duplicate)
+            for i, s in enumerate(samples)
+        ],
+        batch=_INSERT_BATCH,
+    )
+    if invalid:
+        conn.execute(insert(VersionInvalid), [{"version_id": version_id, **r} for r in invalid])
+    if seg_ids:
+        conn.execute(
+            insert(VersionSegment), [{"version_id": version_id, "segment_id": s} for s in seg_ids]
+        )
+
+
+def _version_of(row: DatasetVersion) -> Version:
+    return Version(
+        dataset=row.dataset,
+        version_id=row.version_id,
+        tag=row.tag,
+        parent_id=row.parent_id,
+        samples=row.samples,
+        train=row.train,
+        val=row.val,
+        added=row.added,
+        removed=row.removed,
+        changed=row.changed,
+        created_at=row.created_at.isoformat(),
+        path=row.path,
+        invalid=row.invalid,
+    )

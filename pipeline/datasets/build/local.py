@@ -1,0 +1,101 @@
+"""The local runner: scan, plan, process (a process pool) and commit in one call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pipeline.datasets import manifest as mf
+from pipeline.datasets.build.committing import (
+    commit,
+)
+from pipeline.datasets.build.planning import plan
+from pipeline.datasets.build.processing import process
+from pipeline.datasets.build.values import (
+    BuildReport,
+    SegmentRef,
+    Shard,
+    Version,
+    _recipe,
+    _settings,
+)
+from pipeline.datasets.buildlock import build_lock
+from pipeline.datasets.pool import worker_pool
+from pipeline.metadata.store import MetadataStore, open_store
+
+# ---- build: all three locally -----------------------------------------------------------------
+
+
+def _process_in_worker(args: tuple[dict, str]) -> dict:
+    shard, url = args
+    return process(Shard.from_dict(shard), store=open_store(url)).to_dict()
+
+
+def run_build(
+    dataset: str,
+    *,
+    workers: int | None = None,
+    store: MetadataStore | None = None,
+    scan_first: bool = True,
+    max_files: int | None = None,
+    max_bytes: int | None = None,
+    on_plan: Callable[[list[Shard]], None] | None = None,
+    on_shard: Callable[[SegmentRef], None] | None = None,
+    wait: bool = True,
+    on_wait: Callable[[str], None] | None = None,
+) -> BuildReport:
+    """Scan the dataset, then plan, process (process pool) and commit; report what was done.
+    Another build of the dataset running: wait for it (``on_wait`` gets the message naming its
+    pid), or with ``wait=False`` raise BuildBusyError."""
+    settings = _settings()
+    store = store or open_store()
+    workers = workers or settings.hash_workers
+    report = BuildReport(dataset, None)
+    _recipe(dataset)  # a bad recipe fails before anything else happens
+    folder = mf.datasets_root(settings.data_root) / dataset
+    with build_lock(folder, dataset, wait=wait, on_wait=on_wait) as lock_fd:
+        clock = time.perf_counter()
+        if scan_first:
+            from pipeline.lake.scan import scan
+
+            # wait=False: a scan of the lake in progress is a busy lock too (ScanBusyError).
+            report.scan = scan(settings.lake_dir, dataset=dataset, store=store, wait=wait).summary()
+        report.seconds["scan"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        shards = plan(dataset, store=store, max_files=max_files, max_bytes=max_bytes)
+        report.seconds["plan"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        report.shards = len(shards)
+        if on_plan:
+            on_plan(shards)
+        refs: list[SegmentRef] = []
+        if workers <= 1 or len(shards) <= 1:
+            for shard in shards:
+                refs.append(process(shard, store=store, threads=workers))
+                if on_shard:
+                    on_shard(refs[-1])
+        else:
+            # Workers die with this process and close the build lock (pipeline/datasets/pool.py).
+            with worker_pool(min(workers, len(shards)), close_fds=(lock_fd,)) as pool:
+                for data in pool.map(
+                    _process_in_worker, [(s.to_dict(), store.url) for s in shards]
+                ):
+                    refs.append(SegmentRef.from_dict(data))
+                    if on_shard:
+                        on_shard(refs[-1])
+        report.segments = refs
+        report.decoded = sum(r.decoded for r in refs)
+        report.invalid = sum(r.invalid for r in refs)
+        report.reused_segments = sum(1 for r in refs if r.reused)
+        report.seconds["process"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        report.version = commit(dataset, refs, store=store)
+        report.seconds["commit"] = time.perf_counter() - clock
+    return report
+
+
+def build(
+    dataset: str, *, workers: int | None = None, store: MetadataStore | None = None
+) -> Version | None:
+    """Scan, plan, process and commit locally; the new Version, or None when nothing changed."""
+    return run_build(dataset, workers=workers, store=store).version

@@ -1,0 +1,125 @@
+"""plan: the shards of the dataset's current files that no segment holds yet under the recipe."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from pipeline.datasets.build.values import (
+    Shard,
+    ShardFile,
+    _Processed,
+    _recipe,
+    _settings,
+)
+from pipeline.datasets.leases import (
+    relied_on_segments,
+    take_lease,
+)
+from pipeline.datasets.segments import (
+    segments_guard,
+)
+from pipeline.datasets.shards import decoded_bytes, pack
+from pipeline.gcpause import gc_paused
+from pipeline.metadata.driver import driver_rows
+from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK
+from pipeline.metadata.store import MetadataStore, open_store
+
+
+@gc_paused()
+def plan(
+    dataset: str,
+    *,
+    store: MetadataStore | None = None,
+    max_files: int | None = None,
+    max_bytes: int | None = None,
+    max_decoded_bytes: int | None = None,
+) -> list[Shard]:
+    """Shards (≤ max_files files, ≤ max_bytes source bytes, ≤ max_decoded_bytes of decoded
+    samples as the recipe sizes them; default the SHARD_FILES, SHARD_MB and SHARD_DECODED_MB
+    settings) of the dataset's current contents that have no processed sample under the
+    current recipe. Identical content at several paths is planned once."""
+    settings = _settings()
+    max_files = settings.shard_files if max_files is None else max_files
+    max_bytes = settings.shard_mb << 20 if max_bytes is None else max_bytes
+    if max_decoded_bytes is None:
+        max_decoded_bytes = settings.shard_decoded_mb << 20
+    if max_files < 1 or max_bytes < 1 or max_decoded_bytes < 1:
+        raise ValueError("max_files, max_bytes and max_decoded_bytes must be at least 1")
+    recipe = _recipe(dataset)
+    rh = recipe.recipe_hash
+    store = store or open_store()
+    # Under the segments lock (gc holds it exclusively), read what is processed and lease the
+    # segments holding it: no gc can drop them between this plan and its commit (leases.py).
+    with segments_guard(settings.data_root), store.session() as session:
+        files = _files_to_process(session, dataset, rh)
+        take_lease(
+            settings.data_root, dataset, rh, relied_on_segments(session, dataset, rh), kind="plan"
+        )
+    todo: dict[str, ShardFile] = {}
+    for path, md5, size in files:
+        if recipe.is_sidecar(path):
+            continue
+        if md5 not in todo:  # files are sorted by path: the first path of a content wins
+            todo[md5] = ShardFile(md5, path, int(size or 0))
+    groups = pack(
+        [todo[md5] for md5 in sorted(todo)],
+        max_files=max_files,
+        max_bytes=max_bytes,
+        max_decoded=max_decoded_bytes,
+        size_of=lambda f: f.size,
+        decoded_of=lambda f: decoded_bytes(recipe, f.path, f.size),
+    )
+    return [Shard(dataset, rh, recipe.format, batch) for batch in groups]
+
+
+def _files_to_process(session: Session, dataset: str, rh: str) -> list[tuple]:
+    """(path, md5, size) of the dataset's current files whose content has no processed sample
+    under recipe ``rh``, by path: one anti-join on the (md5, recipe_hash) key, so a build that
+    adds 1 % of files reads 1 % of rows, not a set of every md5 ever processed."""
+    rows = driver_rows(
+        session,
+        "SELECT l.path, l.md5, l.size FROM ledger_files l "
+        "WHERE l.dataset = ? AND l.deleted_at IS NULL AND l.md5 IS NOT NULL AND l.status IN (?, ?) "
+        "AND NOT EXISTS (SELECT 1 FROM processed_samples p WHERE p.md5 = l.md5 AND p.recipe_hash = ?)",
+        (dataset, STATUS_OK, STATUS_INVALID, rh),
+    )
+    rows.sort()  # by path, in code point order like commit (a SQL ORDER BY follows the collation)
+    return rows
+
+
+def _current_files(
+    session: Session, dataset: str, rh: str
+) -> tuple[list[tuple], dict[str, _Processed]]:
+    """(path, md5, size, mtime_ns, status, error) of every file of the dataset now, by path, and
+    what recipe ``rh`` made of each of their contents. Two plain reads, joined here: a SQL join
+    probes the (md5, recipe_hash) index once per file, measured 2-3x slower on SQLite than
+    reading both row sets in order; and sorting in Python beats SQLite's temp B-tree."""
+    files = driver_rows(
+        session,
+        "SELECT path, md5, size, mtime_ns, status, error FROM ledger_files WHERE dataset = ? AND deleted_at IS NULL",
+        (dataset,),
+    )
+    files.sort()  # by path: paths are unique in the ledger
+    wanted = {f[1] for f in files if f[1]}
+    cols = 'md5, segment_id, "row", n_rows, status, reason, labels, lines, invalid_rows, stats'
+    processed: dict[str, _Processed] = {}
+    if len(wanted) > 2000:
+        # Cheaper to read the recipe's whole table than to send thousands of bound values.
+        rows = driver_rows(
+            session, f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ?", (rh,)
+        )
+    else:
+        md5s = sorted(wanted)
+        rows = []
+        for i in range(0, len(md5s), 1000):
+            chunk = md5s[i : i + 1000]
+            rows += driver_rows(
+                session,
+                f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ? AND md5 IN ({', '.join('?' * len(chunk))})",
+                (rh, *chunk),
+            )
+    make = _Processed._make
+    for r in rows:
+        if r[0] in wanted:
+            processed[r[0]] = make(r)
+    return files, processed

@@ -1,0 +1,259 @@
+"""process: decode one shard into one content-addressed segment."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.datasets.build.record import (
+    _record_segment,
+)
+from pipeline.datasets.build.values import (
+    SegmentRef,
+    Shard,
+    ShardFile,
+    _recipe,
+    _settings,
+)
+from pipeline.datasets.errors import BuildError
+from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.leases import (
+    take_lease,
+)
+from pipeline.datasets.segments import (
+    clean_stale_temps,
+    load_written,
+    segment_id_for,
+    segment_relpath,
+    segments_guard,
+    segments_root,
+    write_segment,
+)
+from pipeline.metadata.store import MetadataStore, open_store
+
+# ---- process ----------------------------------------------------------------------------------
+
+
+def process(
+    shard: Shard | dict,
+    *,
+    store: MetadataStore | None = None,
+    data_root: Path | None = None,
+    lake: Path | None = None,
+    threads: int = 1,
+) -> SegmentRef:
+    """Decode one shard into one segment and record its processed samples. Idempotent: a rerun
+    (or a concurrent run) of the same shard reuses the published segment. ``threads`` > 1
+    checks and decodes files in that many threads (hashlib and Pillow's codecs and resize run
+    without the GIL): the local build uses it for a plan of one shard, where starting worker
+    processes costs more than the decode of a small increment."""
+    from pipeline.datasets.preprocess import (
+        InvalidInput,
+        preprocessor_for,
+        sample_dtype,
+        sample_shape,
+    )
+    from pipeline.datasets.preprocess.augment import augment
+    from pipeline.datasets.recipes import split_of
+
+    if isinstance(shard, dict):
+        shard = Shard.from_dict(shard)
+    settings = _settings()
+    data_root = Path(data_root or settings.data_root)
+    lake = Path(lake or settings.lake_dir)
+    store = store or open_store()
+    recipe = _recipe(shard.dataset)
+    if recipe.recipe_hash != shard.recipe_hash:
+        raise BuildError(
+            f"the recipe of {shard.dataset!r} changed since this shard was planned "
+            f"({shard.recipe_hash[:12]} → {recipe.recipe_hash[:12]}); plan again"
+        )
+    seg_id = shard.segment_id
+    clean_stale_temps(data_root, shard.recipe_hash)
+    final = segments_root(data_root, shard.recipe_hash) / seg_id
+    with segments_guard(data_root):
+        if (final / "segment.json").is_file():
+            written = load_written(final)
+            pause_hook("segment_reused")
+            os.utime(final)  # tells gc this segment is in use again
+            _record_segment(store, shard.dataset, written.info)
+            take_lease(data_root, shard.dataset, shard.recipe_hash, [seg_id], kind="process")
+            return _ref(shard, written.info, decoded=0, reused=True)
+
+    pre = preprocessor_for(recipe)
+    copies = recipe.augment.copies
+    shape = tuple(sample_shape(recipe))
+    expected: tuple[int, ...] | None = None if -1 in shape else shape
+    xs: list[np.ndarray] = []
+    label_names: list[str] = []
+    label_index: dict[str, int] = {}
+    ys: list[int] = []
+    entries: list[dict] = []
+    invalid: list[dict] = []
+    decoded = 0
+
+    def read(f: ShardFile) -> object:
+        """The file's decoded samples, its InvalidInput, or None when it changed or went away
+        since the scan (left for the next scan, nothing recorded)."""
+        abspath = str(lake / f.path)
+        if _md5_of(abspath) != f.md5:
+            return None
+        try:
+            return pre.decode(abspath, recipe)
+        except InvalidInput as exc:
+            return exc
+        except Exception as exc:
+            # Not a verdict on the file (a transient I/O error, a decoder bug, no memory): fail
+            # the shard, naming the file, rather than mark it invalid for good.
+            raise BuildError(
+                f"{f.path}: cannot decode ({type(exc).__name__}: {exc}); nothing of its shard "
+                "was recorded, rerun the build"
+            ) from exc
+
+    files = sorted(shard.files, key=lambda f: f.md5)
+    with ExitStack() as stack:
+        if threads > 1 and len(files) > 1:
+            pool = stack.enter_context(ThreadPoolExecutor(min(threads, len(files))))
+            results = pool.map(read, files)  # in order, whatever order they finish in
+        else:
+            results = map(read, files)
+        read_files = list(zip(files, results, strict=True))
+    for f, result in read_files:
+        if result is None:
+            continue
+        decoded += 1
+        if isinstance(result, InvalidInput):
+            invalid.append({"md5": f.md5, "path": f.path, "reason": result.reason})
+            continue
+        shapes = {tuple(sample.x.shape) for sample in result.samples}
+        if expected is None and len(shapes) == 1:
+            expected = next(iter(shapes))  # tables without feature_columns: the first file decides
+        if shapes and shapes != {expected}:
+            # One segment holds one sample shape; a file that disagrees is left out, not fatal.
+            got = ", ".join(str(list(sh)) for sh in sorted(shapes))
+            invalid.append(
+                {
+                    "md5": f.md5,
+                    "path": f.path,
+                    "reason": f"sample shape {got} != {list(expected or ())} of the other files",
+                }
+            )
+            continue
+        start = len(xs)
+        labels: list[str | None] = []
+        lines: list[int | None] = []
+        splits: list[str] = []  # tables: each row's split ("t"/"v"), by its key
+        for sample in result.samples:
+            if sample.key is not None:
+                splits.append(split_of(sample.key, recipe.split.val_fraction)[0])
+            rows = [sample.x]
+            if copies:
+                try:
+                    rows += [
+                        augment(sample.x, md5=f.md5, copy_index=k, ops=recipe.augment.ops)
+                        for k in range(1, copies + 1)
+                    ]
+                except Exception as exc:
+                    raise BuildError(f"{f.path}: cannot augment ({exc})") from exc
+            for x in rows:
+                xs.append(x)
+                labels.append(sample.label)
+                lines.append(sample.row)
+                if sample.label is None:
+                    ys.append(-1)
+                else:
+                    if sample.label not in label_index:
+                        label_index[sample.label] = len(label_names)
+                        label_names.append(sample.label)
+                    ys.append(label_index[sample.label])
+        n = len(xs) - start
+        has_content_labels = any(lab is not None for lab in labels)
+        entries.append(
+            {
+                "md5": f.md5,
+                "row": start,
+                "n_rows": n,
+                "per_sample": copies + 1,
+                "labels": labels if has_content_labels else None,
+                "lines": lines if any(v is not None for v in lines) else None,
+                "invalid_rows": [[int(line), reason] for line, reason in result.invalid_rows],
+                "stats": _stats(xs[start:]) if n else None,
+                "splits": "".join(splits) if splits and len(splits) == n else None,
+            }
+        )
+    dtype = sample_dtype(recipe)
+    if xs:
+        x = np.stack(xs).astype(dtype, copy=False)
+    else:
+        x = np.zeros((0, *[max(d, 0) for d in shape]), dtype=dtype)
+    y = np.asarray(ys, dtype=np.int32)
+    pause_hook("process_decoded")
+    done = [e["md5"] for e in entries] + [e["md5"] for e in invalid]
+    if len(done) != len(shard.files):
+        # Some files changed since the scan: name the segment after what it really holds, so
+        # the planned name never stands for a segment that lacks some of its md5s.
+        seg_id = segment_id_for(shard.recipe_hash, shard.format, done)
+    with segments_guard(data_root):
+        written = write_segment(
+            data_root,
+            recipe_hash=shard.recipe_hash,
+            segment_id=seg_id,
+            fmt=shard.format,
+            x=x,
+            y=y,
+            info={
+                "dataset": shard.dataset,
+                "labels": label_names,
+                "entries": entries,
+                "invalid": invalid,
+            },
+        )
+        pause_hook("segment_renamed")
+        _record_segment(store, shard.dataset, written.info)
+        # Until the commit: gc must not take what this build is about to publish.
+        seg_id = written.info["segment_id"]
+        take_lease(data_root, shard.dataset, shard.recipe_hash, [seg_id], kind="process")
+    return _ref(
+        shard, written.info, decoded=0 if written.reused else decoded, reused=written.reused
+    )
+
+
+def _ref(shard: Shard, info: dict, *, decoded: int, reused: bool) -> SegmentRef:
+    return SegmentRef(
+        dataset=shard.dataset,
+        recipe_hash=shard.recipe_hash,
+        segment_id=info["segment_id"],
+        format=info["format"],
+        path=segment_relpath(shard.recipe_hash, info["segment_id"]),
+        n_rows=info["n_rows"],
+        n_files=len(info["entries"]) + len(info["invalid"]),
+        decoded=decoded,
+        invalid=len(info["invalid"]),
+        reused=reused,
+    )
+
+
+def _md5_of(abspath: str) -> str | None:
+    from pipeline.lake.hashing import md5_file
+
+    try:
+        return md5_file(abspath)
+    except OSError:
+        return None
+
+
+def _stats(rows: list[np.ndarray]) -> dict:
+    """Per-channel count/sum/sumsq (channel = axis 0 of a sample; a feature for tables), so
+    commit can compute the train split's mean/std without reading any segment."""
+    a = np.stack(rows).astype(np.float64)
+    axes = (0, *range(2, a.ndim))
+    count = a.size // a.shape[1] if a.ndim > 1 else a.size
+    return {
+        "count": int(count),
+        "sum": a.sum(axis=axes).tolist() if a.ndim > 1 else [float(a.sum())],
+        "sumsq": (a * a).sum(axis=axes).tolist() if a.ndim > 1 else [float((a * a).sum())],
+    }

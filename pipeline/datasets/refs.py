@@ -1,0 +1,264 @@
+"""The one place a version reference is turned into a version.
+
+The CLI, the Python API (``queries``), the UI, the reader and the train DAG all resolve
+through here, so a reference names the same version everywhere. The rules, in order:
+
+1. Surrounding blanks are ignored; an empty reference is an error.
+2. ``latest`` is the dataset's **head** (pipeline/datasets/head.py), never "the newest
+   created", and needs a dataset. From the store: its ``dataset_heads`` row (a head on a
+   version that is no longer committed names nothing). Without a store: the ``HEAD`` file.
+   Data from before heads existed (no head row / no HEAD file): the newest created version,
+   ties broken by the smaller version id — the same rule the store's fallback uses
+   (``head.head_version``).
+3. A full version id (64 hex digits, any case).
+4. A tag, exactly (``<dataset>_v<YYYYMMDD>_<id[:8]>``).
+5. A unique id prefix of at least ``MIN_PREFIX`` hex digits, any case. Two or more matches
+   are an error that names them; a shorter prefix is never a prefix (it could only ever
+   become ambiguous as versions are added).
+
+Only committed versions match, except for callers that describe deleted (gc'd) versions too
+(the UI's version page: ``include_deleted=True``); ``latest`` is always a committed version.
+With a dataset, only that dataset's versions match. Without a store (a training container),
+the version folders under ``DATA_ROOT/datasets/<dataset>/`` are the versions: a folder with a
+``manifest.json``, never a staging folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.datasets import manifest as mf
+from pipeline.datasets.manifest import VersionNotFound
+
+if TYPE_CHECKING:  # SQLAlchemy only where a store is used: a store-less reader never loads it
+    from sqlalchemy.orm import Session
+
+    from pipeline.metadata.datasets import DatasetVersion
+
+# pipeline.metadata.datasets.VERSION_COMMITTED, not imported for the reason above.
+VERSION_COMMITTED = "committed"
+
+__all__ = [
+    "LATEST",
+    "MIN_PREFIX",
+    "AmbiguousVersion",
+    "LatestNeedsDataset",
+    "ResolvedVersion",
+    "VersionNotFound",
+    "resolve",
+    "resolve_on_disk",
+    "resolve_row",
+]
+
+LATEST = "latest"
+# Four hex digits are 65,536 values: below that a prefix is a guess, not a name. The tables
+# show 12 (cli_refs.SHORT_ID) and users copy 8 to 12.
+MIN_PREFIX = 4
+_FULL_ID = re.compile(r"[0-9a-f]{64}")
+_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_PREFIX},63}}")
+_TAG_ID = re.compile(r".+_v\d{8}_([0-9a-f]{8})")
+# How many matches an ambiguity error names.
+_SHOW_MATCHES = 5
+
+
+class AmbiguousVersion(VersionNotFound):
+    """A prefix that matches several versions."""
+
+
+class LatestNeedsDataset(VersionNotFound):
+    """``latest`` without a dataset: a request error (the caller must add one)."""
+
+
+@dataclass(frozen=True)
+class ResolvedVersion:
+    dataset: str
+    version_id: str
+    tag: str
+    path: str  # the version folder, relative to DATA_ROOT
+    status: str = VERSION_COMMITTED
+
+
+def _clean(ref: str | None) -> str:
+    ref = (ref or "").strip()
+    if not ref:
+        raise VersionNotFound(
+            "empty version reference (an id, a unique id prefix, a tag or 'latest')"
+        )
+    return ref
+
+
+def _not_found(ref: str, dataset: str | None, *, committed: bool = False) -> VersionNotFound:
+    kind = "committed version" if committed else "version"
+    where = f" of dataset {dataset!r}" if dataset else ""
+    hint = (
+        f" (an id prefix needs at least {MIN_PREFIX} hex digits)"
+        if re.fullmatch(rf"[0-9a-fA-F]{{1,{MIN_PREFIX - 1}}}", ref)
+        else ""
+    )
+    return VersionNotFound(
+        f"no {kind}{where} matches {ref!r}: give an id, a unique id prefix, a tag or 'latest'{hint}"
+    )
+
+
+def _ambiguous(ref: str, names: list[str]) -> AmbiguousVersion:
+    shown = ", ".join(names[:_SHOW_MATCHES]) + (", ..." if len(names) > _SHOW_MATCHES else "")
+    return AmbiguousVersion(
+        f"version prefix {ref!r} is ambiguous: it matches {shown}; give more digits"
+    )
+
+
+def _latest_needs_dataset() -> LatestNeedsDataset:
+    return LatestNeedsDataset("'latest' needs a dataset name")
+
+
+# --- from the store ---------------------------------------------------------------------------
+
+
+def resolve_row(
+    session: Session, ref: str, dataset: str | None = None, *, include_deleted: bool = False
+) -> DatasetVersion:
+    """The ``dataset_versions`` row ``ref`` names (the module's rules)."""
+    from sqlalchemy import select
+
+    from pipeline.datasets.head import head_version
+    from pipeline.metadata.datasets import VERSION_COMMITTED, DatasetVersion
+
+    ref = _clean(ref)
+    if ref == LATEST:
+        if not dataset:
+            raise _latest_needs_dataset()
+        row = head_version(session, dataset)
+        if row is None:
+            raise VersionNotFound(f"dataset {dataset!r} has no committed version")
+        return row
+    scope = select(DatasetVersion)
+    if dataset:
+        scope = scope.where(DatasetVersion.dataset == dataset)
+    if not include_deleted:
+        scope = scope.where(DatasetVersion.status == VERSION_COMMITTED)
+    low = ref.lower()
+    if _FULL_ID.fullmatch(low):
+        row = session.scalars(scope.where(DatasetVersion.version_id == low)).first()
+        if row is not None:
+            return row
+    row = session.scalars(scope.where(DatasetVersion.tag == ref)).first()
+    if row is not None:
+        return row
+    if _PREFIX.fullmatch(low):
+        # A range on the primary key (not LIKE): an index scan on both backends.
+        upper = low[:-1] + chr(ord(low[-1]) + 1)
+        found = session.scalars(
+            scope.where(DatasetVersion.version_id >= low, DatasetVersion.version_id < upper)
+            .order_by(DatasetVersion.version_id)
+            .limit(_SHOW_MATCHES + 1)
+        ).all()
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise _ambiguous(ref, [v.tag for v in found])
+    raise _not_found(ref, dataset, committed=not include_deleted)
+
+
+def _from_row(v: DatasetVersion) -> ResolvedVersion:
+    return ResolvedVersion(v.dataset, v.version_id, v.tag, v.path, v.status)
+
+
+# --- from the files ---------------------------------------------------------------------------
+
+
+def _version_folders(data_root: Path, dataset: str) -> list[Path]:
+    base = mf.datasets_root(data_root) / dataset
+    if not base.is_dir():
+        raise VersionNotFound(f"dataset {dataset!r} has no versions under {base}")
+    folders = sorted(
+        p
+        for p in base.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / mf.MANIFEST).is_file()
+    )
+    if not folders:
+        raise VersionNotFound(f"dataset {dataset!r} has no published versions under {base}")
+    return folders
+
+
+def _manifest_fields(folder: Path) -> dict[str, Any]:
+    """tag and created_at of a version folder; {} when its manifest is unreadable (such a
+    folder still matches by id, and the reader then names what is wrong with it)."""
+    try:
+        m = json.loads((folder / mf.MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return m if isinstance(m, dict) else {}
+
+
+def resolve_on_disk(data_root: Path | str, dataset: str, ref: str) -> Path:
+    """The version folder ``ref`` names, from ``DATA_ROOT/datasets/<dataset>/`` alone."""
+    ref = _clean(ref)
+    if not dataset:
+        raise (
+            _latest_needs_dataset()
+            if ref == LATEST
+            else VersionNotFound("resolving a version from the files needs a dataset name")
+        )
+    data_root = Path(data_root)
+    folders = _version_folders(data_root, dataset)
+    by_name = {p.name: p for p in folders}
+    if ref == LATEST:
+        head = mf.read_head(data_root, dataset)
+        if head is not None:
+            folder = by_name.get(head["version_id"])
+            if folder is None:
+                raise VersionNotFound(
+                    f"dataset {dataset!r}: {mf.head_path(data_root, dataset)} names version "
+                    f"{head['version_id']}, which is not published under {folders[0].parent}"
+                )
+            return folder
+        # Data from before heads: newest created, the smaller id on a tie (as the store).
+        newest = max(_manifest_fields(p).get("created_at") or "" for p in folders)
+        return min(p for p in folders if (_manifest_fields(p).get("created_at") or "") == newest)
+    low = ref.lower()
+    if _FULL_ID.fullmatch(low) and low in by_name:
+        return by_name[low]
+    # A tag carries its id's first 8 digits: read those manifests first, then all of them.
+    m = _TAG_ID.fullmatch(ref)
+    likely = [p for p in folders if m and p.name.startswith(m.group(1))]
+    for p in likely + [p for p in folders if p not in likely]:
+        if _manifest_fields(p).get("tag") == ref:
+            return p
+    if _PREFIX.fullmatch(low):
+        found = [p for p in folders if p.name.startswith(low)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise _ambiguous(ref, [_manifest_fields(p).get("tag") or p.name for p in found])
+    raise _not_found(ref, dataset)
+
+
+# --- either -----------------------------------------------------------------------------------
+
+
+def resolve(
+    ref: str,
+    dataset: str | None = None,
+    *,
+    store: Any | None = None,
+    data_root: Path | str | None = None,
+    include_deleted: bool = False,
+) -> ResolvedVersion:
+    """The version ``ref`` names: from ``store`` when given, else from the version folders
+    under ``data_root`` (default: the settings' DATA_ROOT), which needs ``dataset``."""
+    if store is not None:
+        with store.session() as session:
+            return _from_row(resolve_row(session, ref, dataset, include_deleted=include_deleted))
+    if data_root is None:
+        from pipeline.settings import get_settings
+
+        data_root = get_settings().data_root
+    folder = resolve_on_disk(data_root, dataset or "", ref)
+    tag = _manifest_fields(folder).get("tag") or ""
+    return ResolvedVersion(
+        dataset or "", folder.name, tag, mf.version_relpath(dataset or "", folder.name)
+    )

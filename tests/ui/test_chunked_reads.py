@@ -1,0 +1,69 @@
+"""The Datasets app's own paged reads on chunked versions (and a format-1 one beside them):
+diff pages, class/split counts without per-split manifest counts, thumbnails' picks — each
+against a brute force over the sample lists."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from pipeline.ui import data
+from tests.datasets.chunk_synth import add_version, first_map, ordered
+from tests.datasets.test_queries_chunks import lake, mutate
+
+
+@pytest.fixture
+def two(store, lt_env):
+    rng = random.Random(11)
+    old = lake(900, rng)
+    new = mutate(old, rng, 25)
+    a = add_version(store, lt_env / "data", "pets", old, n=1)
+    b = add_version(store, lt_env / "data", "pets", new, n=2, parent_id=a)
+    return store, (a, old), (b, new)
+
+
+@pytest.mark.parametrize("chunked_a", [True, False])
+def test_diff_pages_match_a_brute_force(store, lt_env, chunked_a):
+    rng = random.Random(5)
+    old = lake(600, rng)
+    new = mutate(old, rng, 30)
+    a = add_version(store, lt_env / "data", "pets", old, n=1, chunked=chunked_a)
+    b = add_version(store, lt_env / "data", "pets", new, n=2)
+    ma, mb = first_map(old), first_map(new)
+    added = sorted(mb.keys() - ma.keys())
+    removed = sorted(ma.keys() - mb.keys())
+    changed = sorted(p for p in ma.keys() & mb.keys() if ma[p][:2] != mb[p][:2])
+    full = data.diff_versions(store, a, b, limit=10_000)
+    assert full["counts"] == {"added": len(added), "removed": len(removed), "changed": len(changed)}
+    assert [(r["path"], r["md5"], r["label"], r["split"]) for r in full["added"]] == [
+        (p, *mb[p]) for p in added
+    ]
+    assert [(r["path"], r["md5"]) for r in full["removed"]] == [(p, ma[p][0]) for p in removed]
+    assert [
+        (r["path"], r["old_md5"], r["md5"], r["old_label"], r["label"]) for r in full["changed"]
+    ] == [(p, ma[p][0], mb[p][0], ma[p][1], mb[p][1]) for p in changed]
+    page = data.diff_versions(store, a, b, limit=7, offset=7)
+    assert [r["path"] for r in page["added"]] == added[7:14]
+    assert [r["path"] for r in page["changed"]] == changed[7:14]
+    assert page["counts"] == full["counts"]
+
+
+def test_class_split_counts_from_the_chunks(two):
+    store, (a, old), _ = two
+    want = Counter((x.label, x.split) for x in old)
+    with store.session() as s:
+        got = data.class_split_counts(s, a, {})  # no per-split counts: grouped in SQL
+    assert {(r["label"], sp): r[sp] for r in got for sp in ("train", "val") if r[sp]} == dict(want)
+
+
+def test_thumbnail_picks_are_the_first_samples_of_each_label(two):
+    store, _, (b, new) = two
+    _, picks = data.thumbnail_rows(store, b, per_class=3)
+    samples = ordered(new)
+    want = []
+    for label in sorted({x.label for x in samples}):
+        idx = [i for i, x in enumerate(samples) if x.label == label][:3]
+        want += [{"idx": i, "label": label, "path": samples[i].path} for i in idx]
+    assert picks == want
