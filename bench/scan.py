@@ -107,6 +107,8 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--lake", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.dvc and os.path.exists(args.dvc):
+        args.dvc = os.path.abspath(args.dvc)  # dvc runs in its own repo folder
     if args.child:
         return child(args.child, Path(args.lake), args.workers)
     if args.million:

@@ -186,17 +186,23 @@ def _walk_dir(
                 name = entry.name
                 relpath = f"{rel}/{name}"
                 try:
-                    if entry.is_dir(follow_symlinks=False):
+                    # One d_type check for a regular file, the common case; a folder or a
+                    # link or a special file takes the second.
+                    if entry.is_file(follow_symlinks=False):
+                        link = False
+                    elif entry.is_dir(follow_symlinks=False):
                         if name[0] not in "._":
                             stack.append((entry.path, relpath))
                         continue
+                    else:
+                        link = entry.is_symlink()
                     if name[0] == "." or name.endswith(IGNORED_SUFFIXES):
                         continue
                     if not (rel_utf8 and (name.isascii() or is_utf8(name))):
                         # Before the settle check: the verdict does not depend on the bytes.
                         yield Refused(escape_path(relpath), NOT_UTF8_REASON)
                         continue
-                    if entry.is_symlink():
+                    if link:
                         verdict = _check_symlink(root, entry.path, relpath)
                         if verdict is not None:
                             yield verdict
