@@ -1,6 +1,6 @@
 """Dataset models: processed samples, segments, versions and their samples.
 
-Owned by the versioned-datasets work; created by migration 0002 (heads: 0004, chunks: 0006).
+Owned by the versioned-datasets work; created by migration 0002 (heads: 0004, chunks: 0006, quality: 0007).
 
 The store is the source for every listing (versions, show, diff, contains): the CLI and the UI
 never read version folders to answer them. Version folders on disk are the source for the
@@ -10,8 +10,10 @@ never read version folders to answer them. Version folders on disk are the sourc
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     ForeignKey,
@@ -113,6 +115,27 @@ class DatasetVersion(Base):
     manifest: Mapped[str] = mapped_column(Text, doc="manifest.json, verbatim")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    quality: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, nullable=True, doc="QualityReport.to_dict() (migration 0007); None before it"
+    )
+
+
+REVIEW_APPROVE = "approve"
+REVIEW_REJECT = "reject"
+
+
+class VersionReview(Base):
+    """One decision on a version held by the quality gate (migration 0007), append-only:
+    who approved or rejected it, when, and why. The latest row is the version's standing."""
+
+    __tablename__ = "version_reviews"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[str] = mapped_column(String(64), index=True)
+    decision: Mapped[str] = mapped_column(String(16), doc="approve | reject")
+    reason: Mapped[str | None] = mapped_column(Text)
+    who: Mapped[str | None] = mapped_column(String(255))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class VersionSample(Base):
