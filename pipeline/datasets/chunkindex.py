@@ -41,7 +41,8 @@ def assemble_index(
     data_root: Path, manifest: dict
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(segment position int32, row int64, label int64 (-1 = none), is_val bool, md5 S32) of
-    every sample of a format-2 version, in version order."""
+    every sample of a format-2 version, in version order. A regression version's label is its
+    float32 target (NaN = none)."""
     leaves = walk_leaves(data_root, manifest["chunks"])
     parts = [read_index(data_root, leaf) for leaf in leaves]
     if not parts:
@@ -49,7 +50,7 @@ def assemble_index(
         return (
             empty.astype(np.int32),
             empty,
-            empty.copy(),
+            empty.astype(np.float32) if manifest.get("task") == "regression" else empty.copy(),
             empty.astype(bool),
             np.zeros(0, dtype="S32"),
         )
@@ -61,18 +62,22 @@ def assemble_index(
         list(chain.from_iterable(p["segments"] for p in parts)),
         "segment",
     )
-    lab_map = _map_onto(
-        manifest["classes"], list(chain.from_iterable(p["labels"] for p in parts)), "label"
-    )
+    leaf_labels = list(chain.from_iterable(p["labels"] for p in parts))
+    if manifest.get("task") == "regression":
+        # A leaf's label table holds the targets' float32 text: the values themselves (NaN = none).
+        lab_map = np.asarray(leaf_labels, dtype=np.float32)
+    else:
+        lab_map = _map_onto(manifest["classes"], leaf_labels, "label")
     # Each sample's leaf-local table position + its leaf's offset in the concatenated tables.
     seg_off = np.repeat(np.cumsum(seg_sizes) - seg_sizes, counts)
     lab_off = np.repeat(np.cumsum(lab_sizes) - lab_sizes, counts)
     seg_local = np.concatenate([p["seg"] for p in parts]).astype(np.int64)
     lab_local = np.concatenate([p["label"] for p in parts]).astype(np.int64)
     seg = seg_map[seg_local + seg_off].astype(np.int32)
-    lab_map = np.append(lab_map, -1)  # the slot for "no label"
+    lab_map = np.append(lab_map, np.nan if lab_map.dtype.kind == "f" else -1)  # "no label"
     y = lab_map[np.where(lab_local < 0, len(lab_map) - 1, lab_local + lab_off)]
     row = np.concatenate([p["row"] for p in parts]).astype(np.int64)
     is_val = np.concatenate([p["split"] for p in parts]).astype(bool)
     md5 = np.concatenate([p["md5"] for p in parts])
-    return seg, row, y.astype(np.int64), is_val, md5
+    y = y.astype(np.float32 if y.dtype.kind == "f" else np.int64, copy=False)
+    return seg, row, y, is_val, md5

@@ -151,6 +151,11 @@ class VersionReader:
         return list(self.manifest["classes"])
 
     @property
+    def task(self) -> str:
+        """``classification`` (y = a class index, int64) or ``regression`` (y = float32)."""
+        return self.manifest.get("task", "classification")
+
+    @property
     def mean(self) -> list[float]:
         return list(self.manifest["mean"])
 
@@ -181,7 +186,7 @@ class VersionReader:
         return self._zarr_rows(seg, np.asarray([self._row_list[i]]))[0], self._y_list[i]
 
     def get_batch(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
-        """x (B, ...) and y int64 (B,) in the order asked. Image-sized npy rows are copied
+        """x (B, ...) and y (B,) in the order asked (int64, float32 for regression). Image-sized npy rows are copied
         straight into place; smaller rows are read segment by segment in ascending row order;
         zarr rows whole chunk by whole chunk."""
         idx = np.asarray(indices, dtype=np.intp).reshape(-1)
@@ -191,7 +196,7 @@ class VersionReader:
         except IndexError:
             raise IndexError(f"index out of range for a version of {len(self)} samples") from None
         rows = self._row[idx]
-        y = self._y[idx]  # int64 (see __init__), and a fresh array
+        y = self._y[idx]  # int64 or float32 (see __init__), and a fresh array
         if idx.size == 0:
             return np.empty(
                 (0, *self.sample_shape), dtype=np.dtype(self.manifest["sample_dtype"])
@@ -284,7 +289,8 @@ class VersionReader:
         return np.lexsort((rng.random(n), window))
 
     def labels(self) -> np.ndarray:
-        return self._y.astype(np.int64)
+        """Class indices (int64), or a regression version's float32 targets."""
+        return self._y.astype(np.float32 if self.task == "regression" else np.int64)
 
     def md5s(self) -> np.ndarray:
         if self._md5_all is not None:

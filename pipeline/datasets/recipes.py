@@ -227,6 +227,9 @@ class Recipe(_Section):
     split: SplitRule = Field(default_factory=SplitRule)
     augment: Augment = Field(default_factory=Augment)
     format: Literal["npy", "zarr"] = "npy"
+    # What the label is: a class name (classification) or a number (regression: a table's
+    # label_column, an array's folder or sidecar label, parsed as float32 at build time).
+    task: Literal["classification", "regression"] = "classification"
     auto_train: bool = False
 
     @field_validator("image", "array", "table")
@@ -271,12 +274,33 @@ class Recipe(_Section):
             )
         return value
 
+    @model_validator(mode="after")
+    def _regression_needs_numbers(self) -> Recipe:
+        if self.task == "regression":
+            if self.modality == "image":
+                raise ValueError(
+                    "task: 'regression' needs modality 'table' or 'array' (modality is 'image')"
+                )
+            if self.modality == "array" and self.labels.rule == "none":
+                raise ValueError(
+                    "task: 'regression' needs a target: labels.rule 'parent_dir' or 'sidecar' "
+                    "(labels.rule is 'none')"
+                )
+        return self
+
+    @property
+    def is_regression(self) -> bool:
+        return self.task == "regression"
+
     # ---- identity -------------------------------------------------------------------------
 
     def canonical(self) -> dict[str, Any]:
         """The fields that shape the stored data, as plain JSON (``auto_train`` is left out: it
-        only tells the orchestrator what to do next, and flipping it must not reprocess)."""
-        return self.model_dump(mode="json", exclude={"auto_train"})
+        only tells the orchestrator what to do next, and flipping it must not reprocess).
+        ``task`` only when it is regression, so that every classification recipe keeps the
+        recipe_hash (and version ids) it had before the field existed."""
+        exclude = {"auto_train"} if self.task == "regression" else {"auto_train", "task"}
+        return self.model_dump(mode="json", exclude=exclude)
 
     @property
     def code_version(self) -> str:

@@ -10,6 +10,7 @@ from pipeline.datasets.build.values import (
     _Processed,
     _Sample,
 )
+from pipeline.datasets.preprocess.table import target_text
 from pipeline.metadata.datasets import (
     SAMPLE_INVALID,
 )
@@ -64,6 +65,19 @@ def _assemble(
                     }
                 )
                 continue
+            if recipe.task == "regression":
+                target = target_text(path_label)
+                if target is None:
+                    invalid.append(
+                        {
+                            "path": path,
+                            "md5": md5,
+                            "line": None,
+                            "reason": f"target {path_label!r} is not a finite number (task = 'regression')",
+                        }
+                    )
+                    continue
+                path_label = target
         # A content's split is decided once, by its first path, so duplicates never straddle it.
         split = split_by_md5.get(md5)
         duplicate = split is not None

@@ -56,6 +56,18 @@ def _manifest(
             counts[s.label] = counts.get(s.label, 0) + 1
         if s.split == "train":
             train_weights[s.md5] = train_weights.get(s.md5, 0) + 1
+    target = None
+    if recipe.task == "regression":
+        # Numeric targets: no classes; a histogram per split instead (pipeline/datasets/targets.py).
+        from pipeline.datasets.targets import target_histogram
+
+        target = target_histogram(
+            {
+                split: [float(v) for v, n in counts.items() for _ in range(n)]
+                for split, counts in split_counts.items()
+            }
+        )
+        split_counts = {"train": {}, "val": {}}
     classes = sorted(set(split_counts["train"]) | set(split_counts["val"]))
     seg_ids = sorted(seg_set)
     seg_rows = (
@@ -75,7 +87,9 @@ def _manifest(
     if samples and -1 in shape:
         info = seg_rows.get(samples[0].segment_id)
         shape = _segment_shape(info) or shape
+    extra = {"task": "regression", "target": target} if target is not None else {}
     return {
+        **extra,
         "format_version": format_version,
         "id": version_id,
         "short_id": version_id[:8],

@@ -39,7 +39,7 @@ class TablePreprocessor:
             header, rows = _parquet_rows(abspath)
         else:
             header, rows = _csv_rows(abspath)
-        return rows_to_samples(header, rows, recipe.table)
+        return rows_to_samples(header, rows, recipe.table, regression=recipe.is_regression)
 
 
 def _csv_rows(abspath: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
@@ -78,8 +78,14 @@ def _parquet_rows(abspath: str) -> tuple[list[str], list[tuple[int, list[object]
 
 
 def rows_to_samples(
-    header: Sequence[str], rows: Iterable[tuple[int, Sequence[object]]], spec: TableSpec
+    header: Sequence[str],
+    rows: Iterable[tuple[int, Sequence[object]]],
+    spec: TableSpec,
+    *,
+    regression: bool = False,
 ) -> DecodeResult:
+    """``regression``: the label must be a finite number; it is kept as the shortest text of
+    its float32 value (``target_text``), so ``151`` and ``151.0`` are one target."""
     label_col, id_col = spec.label_column, spec.id_column
     features = (
         spec.feature_columns
@@ -109,6 +115,17 @@ def rows_to_samples(
         if not label:
             invalid.append((line, f"line {line}: missing label in column {label_col!r}"))
             continue
+        if regression:
+            target = target_text(label)
+            if target is None:
+                invalid.append(
+                    (
+                        line,
+                        f"line {line}: target column {label_col!r} is not a finite number: {label!r}",
+                    )
+                )
+                continue
+            label = target
         row_id = None
         if id_i is not None:
             row_id = "" if row[id_i] is None else str(row[id_i]).strip()
@@ -141,3 +158,17 @@ def rows_to_samples(
             key = key_of_content.setdefault(content, "id:" + row_id)
         samples.append(Decoded(x, label=label, row=line, key=key))
     return DecodeResult(samples, invalid)
+
+
+def target_text(value: object) -> str | None:
+    """A regression target as the shortest text of its float32 value, or None when it is not a
+    finite number. Stored as text like a class name, so the version id, the leaves and the diff
+    treat targets like labels; the reader turns it back into float32."""
+    try:
+        with np.errstate(over="ignore"):  # past float32's range is inf, refused below
+            number = np.float32(float(value.strip() if isinstance(value, str) else value))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not np.isfinite(number):
+        return None
+    return str(number)
