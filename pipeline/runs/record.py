@@ -1,4 +1,4 @@
-"""Recording training runs and their checkpoints in the metadata store.
+"""Recording training runs, their attempts and checkpoints in the metadata store.
 
 Called by the trainer (when METADATA_DB_URL is set) and by the train DAG / launchers; read by
 the CLI and the UI ("which runs used this version, where are their checkpoints").
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.metadata.base import utcnow
@@ -23,20 +23,32 @@ from pipeline.metadata.runs import (
     RUN_RUNNING,
     RUN_STATUSES,
     Checkpoint,
+    RunAttempt,
     TrainingRun,
+)
+from pipeline.runs.names import run_name
+
+# What a launcher or the trainer may add to the run's reproducibility record; None = not known
+# (the row keeps what an earlier call recorded).
+RECORD_FIELDS = (
+    "manifest_sha256",
+    "command",
+    "image",
+    "image_digest",
+    "code_version",
+    "lock_sha256",
+    "config",
 )
 
 __all__ = [
     "RUN_STATUSES",
     "RunNotFoundError",
-    "get_run",
-    "list_runs",
     "record_checkpoint",
     "record_checkpoint_deleted",
     "record_run_event",
     "record_run_finished",
+    "record_run_details",
     "record_run_started",
-    "runs_for_version",
 ]
 
 
@@ -80,6 +92,7 @@ def record_run_started(
     launcher: str | None = None,
     status: str = RUN_RUNNING,
     store: Any = None,
+    **record: Any,
 ) -> dict:
     """Create the run's row, or — on a retry of the same run_id — mark it running again and
     count the attempt. Returns the row as a dict.
@@ -96,8 +109,11 @@ def record_run_started(
         raise TypeError(f"params must be a dict, got {type(params).__name__}")
     if status not in RUN_STATUSES:
         raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+    extra = _record_fields(record)
     s = _store(store)
-    for attempt in range(2):
+    # Retries: two first attempts racing to insert the same run_id (the loser updates), or two
+    # new runs of one version racing for the same readable name (the loser takes the next).
+    for attempt in range(5):
         try:
             with s.session() as session:
                 # A no-op write first: it takes SQLite's write lock (and PostgreSQL's row lock),
@@ -125,17 +141,32 @@ def record_run_started(
                         attempts=1,
                         started_at=now,
                         updated_at=now,
+                        name=_next_name(session, dataset, version_id),
+                        **extra,
                     )
                     session.add(run)
+                    session.flush()
+                    session.add(_attempt(run, 1, status, launcher, now))
                 else:
                     # A launcher records the attempt as "queued", then the trainer it started
                     # records "running": one attempt, two calls. Anything else is a new attempt.
                     same_attempt = run.status == RUN_QUEUED and status == RUN_RUNNING
                     if same_attempt:
                         run.params = {**(run.params or {}), **params}
+                        current = _current_attempt(session, run_id)
+                        if current is None:
+                            session.add(_attempt(run, run.attempts or 1, status, launcher, now))
+                        else:
+                            current.status = status
                     else:
                         run.attempts = (run.attempts or 0) + 1
                         run.params = dict(params)
+                        _close_open_attempts(session, run_id, now)
+                        session.add(_attempt(run, run.attempts, status, launcher, now))
+                    for key, value in extra.items():
+                        setattr(run, key, value)
+                    if run.name is None:
+                        run.name = _next_name(session, dataset, version_id)
                     run.dataset, run.version_id = dataset, version_id
                     run.status, run.error, run.finished_at, run.updated_at = status, None, None, now
                     run.dag_id = dag_id or run.dag_id
@@ -144,10 +175,82 @@ def record_run_started(
                 session.flush()
                 return _run_dict(run)
         except IntegrityError:
-            # Two first attempts raced to insert the same run_id: the loser updates instead.
-            if attempt:
+            if attempt == 4:
                 raise
     raise AssertionError("unreachable")
+
+
+def _record_fields(record: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(record) - set(RECORD_FIELDS))
+    if unknown:
+        raise TypeError(f"unknown run record field(s): {', '.join(unknown)}")
+    out = {k: v for k, v in record.items() if v is not None}
+    if "command" in out and not (
+        isinstance(out["command"], list) and all(isinstance(a, str) for a in out["command"])
+    ):
+        raise ValueError(f"command must be a list of strings (argv), got {out['command']!r}")
+    for key in ("code_version", "config"):
+        if key in out and not isinstance(out[key], dict):
+            raise ValueError(f"{key} must be a dict, got {type(out[key]).__name__}")
+    return out
+
+
+def _next_name(session: Any, dataset: str, version_id: str) -> str:
+    """The next free readable name for a run of this version (counter = runs on it + 1)."""
+    n = session.execute(
+        select(func.count())
+        .select_from(TrainingRun)
+        .where(TrainingRun.dataset == dataset, TrainingRun.version_id == version_id)
+    ).scalar_one()
+    while True:
+        n += 1
+        name = run_name(dataset, version_id, n)
+        taken = session.execute(select(TrainingRun.run_id).where(TrainingRun.name == name)).first()
+        if taken is None:
+            return name
+
+
+def _attempt(run: TrainingRun, n: int, status: str, launcher: str | None, now: Any) -> RunAttempt:
+    return RunAttempt(
+        run_id=run.run_id, n=n, status=status, launcher=launcher or run.launcher, started_at=now
+    )
+
+
+def _current_attempt(session: Any, run_id: str) -> RunAttempt | None:
+    return (
+        session.execute(
+            select(RunAttempt).where(RunAttempt.run_id == run_id).order_by(RunAttempt.n.desc())
+        )
+        .scalars()
+        .first()
+    )
+
+
+def _close_open_attempts(session: Any, run_id: str, now: Any) -> None:
+    # An attempt that never recorded its end (killed outright, the worker lost) ends where
+    # the next one starts; its status says it was cut short.
+    for a in session.execute(
+        select(RunAttempt).where(RunAttempt.run_id == run_id, RunAttempt.ended_at.is_(None))
+    ).scalars():
+        a.ended_at = now
+        if a.status in (RUN_QUEUED, RUN_RUNNING):
+            a.status = "lost"
+
+
+def record_run_details(run_id: str, store: Any = None, **record: Any) -> dict:
+    """Add reproducibility fields (``RECORD_FIELDS``) to a recorded run, e.g. the image digest
+    a container launcher learnt after the start."""
+    _check_run_id(run_id)
+    extra = _record_fields(record)
+    with _store(store).session() as session:
+        run = session.get(TrainingRun, run_id, with_for_update=True)
+        if run is None:
+            raise RunNotFoundError(f"run {run_id!r} is not recorded; call record_run_started first")
+        for key, value in extra.items():
+            setattr(run, key, value)
+        run.updated_at = utcnow()
+        session.flush()
+        return _run_dict(run)
 
 
 def record_run_finished(
@@ -158,9 +261,12 @@ def record_run_finished(
     checkpoint_url: str | None = None,
     error: str | None = None,
     store: Any = None,
+    *,
+    exit_code: int | None = None,
 ) -> dict:
-    """Set the run's final ``status`` (succeeded / failed / preempted) and its results.
-    Fields passed as None keep what the row already has."""
+    """Set the run's final ``status`` (succeeded / failed / preempted) and its results, and
+    end its current attempt (status, exit code, error). Fields passed as None keep what the
+    row already has; a second call (the trainer's, then its launcher's) updates the attempt."""
     _check_run_id(run_id)
     if status not in RUN_FINAL_STATUSES:
         raise ValueError(f"status must be one of {', '.join(RUN_FINAL_STATUSES)}, got {status!r}")
@@ -178,6 +284,14 @@ def record_run_finished(
         if checkpoint_url is not None:
             run.checkpoint_url = checkpoint_url
         run.error = error[:10_000] if error else None
+        current = _current_attempt(session, run_id)
+        if current is None:  # a row from before 0008: its attempt starts being recorded here
+            current = _attempt(run, run.attempts or 1, status, None, run.started_at)
+            session.add(current)
+        current.status, current.ended_at = status, now
+        current.error = run.error
+        if exit_code is not None:
+            current.exit_code = int(exit_code)
         session.flush()
         return _run_dict(run)
 
@@ -263,45 +377,6 @@ def record_run_event(
         return True
 
 
-def get_run(run_id: str, store: Any = None) -> dict | None:
-    """The run as a dict, with ``checkpoints`` (oldest first), or None."""
-    with _store(store).session() as session:
-        run = session.get(TrainingRun, run_id)
-        if run is None:
-            return None
-        out = _run_dict(run)
-        out["checkpoints"] = [
-            _checkpoint_dict(c)
-            for c in session.execute(
-                select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.step)
-            ).scalars()
-        ]
-        return out
-
-
-def runs_for_version(version_id: str, store: Any = None) -> list[dict]:
-    """Every run that trained on ``version_id``, newest first."""
-    with _store(store).session() as session:
-        rows = session.execute(
-            select(TrainingRun)
-            .where(TrainingRun.version_id == version_id)
-            .order_by(TrainingRun.started_at.desc(), TrainingRun.run_id)
-        ).scalars()
-        return [_run_dict(r) for r in rows]
-
-
-def list_runs(
-    dataset: str | None = None, store: Any = None, *, limit: int = 100, offset: int = 0
-) -> list[dict]:
-    """Runs (optionally of one dataset), newest first."""
-    query = select(TrainingRun).order_by(TrainingRun.started_at.desc(), TrainingRun.run_id)
-    if dataset is not None:
-        query = query.where(TrainingRun.dataset == dataset)
-    with _store(store).session() as session:
-        rows = session.execute(query.limit(limit).offset(offset)).scalars()
-        return [_run_dict(r) for r in rows]
-
-
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
@@ -325,6 +400,34 @@ def _run_dict(run: TrainingRun) -> dict:
         "started_at": _iso(run.started_at),
         "updated_at": _iso(run.updated_at),
         "finished_at": _iso(run.finished_at),
+        "duration_s": _duration(run.started_at, run.finished_at),
+        "name": run.name,
+        "manifest_sha256": run.manifest_sha256,
+        "command": list(run.command) if run.command is not None else None,
+        "image": run.image,
+        "image_digest": run.image_digest,
+        "code_version": dict(run.code_version) if run.code_version is not None else None,
+        "lock_sha256": run.lock_sha256,
+        "config": dict(run.config) if run.config is not None else None,
+    }
+
+
+def _duration(start: Any, end: Any) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds(), 3)
+
+
+def _attempt_dict(a: RunAttempt) -> dict:
+    return {
+        "n": a.n,
+        "status": a.status,
+        "launcher": a.launcher,
+        "started_at": _iso(a.started_at),
+        "ended_at": _iso(a.ended_at),
+        "duration_s": _duration(a.started_at, a.ended_at),
+        "exit_code": a.exit_code,
+        "error": a.error,
     }
 
 

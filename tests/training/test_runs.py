@@ -106,8 +106,8 @@ def test_runs_for_version_and_list_runs(store) -> None:
     assert sorted(r["run_id"] for r in runs.runs_for_version("ver1", store=store)) == ["a", "c"]
     assert [r["run_id"] for r in runs.runs_for_version("ver2", store=store)] == ["b"]
     assert runs.runs_for_version("nope", store=store) == []
-    assert sorted(r["run_id"] for r in runs.list_runs("digits", store=store)) == ["a", "b"]
-    assert len(runs.list_runs(store=store)) == 3
+    assert sorted(r["run_id"] for r in runs.list_runs("digits", store=store)["runs"]) == ["a", "b"]
+    assert runs.list_runs(store=store)["total"] == 3
     assert runs.get_run("missing", store=store) is None
 
 
