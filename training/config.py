@@ -137,6 +137,18 @@ class LossConfig:
         "none",
         "none, balanced (inverse train frequency), or comma-separated weights, one per class.",
     )
+    # Regression versions (recipe task = "regression") only; classification ignores these.
+    regression_loss: str = _f(
+        "mse",
+        "Regression loss: mse or huber (on the standardised target).",
+        choices=("mse", "huber"),
+    )
+    huber_delta: float = _f(1.0, "Huber loss threshold, in target standard deviations.", lo=0.001)
+    target_transform: str = _f(
+        "none",
+        "Regression target transform: none or log1p (train on log1p(y), report metrics on y).",
+        choices=("none", "log1p"),
+    )
 
 
 @dataclass
@@ -192,8 +204,9 @@ class CheckpointConfig:
     keep_last: int = _f(2, "Checkpoints kept besides the best one.", lo=1)
     metric: str = _f(
         "val_accuracy",
-        "The metric that picks the best checkpoint (higher is better for accuracy, lower for loss).",
-        choices=("val_accuracy", "val_loss"),
+        "The metric that picks the best checkpoint (higher is better for accuracy, lower for "
+        "loss, RMSE and MAE). A regression run asked for val_accuracy uses val_rmse.",
+        choices=("val_accuracy", "val_loss", "val_rmse", "val_mae"),
     )
     resume: str = _f(
         "auto",

@@ -77,7 +77,8 @@ class BatchFetch(torch.utils.data.Dataset):
         x, y = self.reader.get_batch(list(indices))
         return (
             np.ascontiguousarray(x),
-            np.asarray(y, dtype=np.int64),
+            # float32 targets of a regression version stay floats; class indices are int64.
+            np.asarray(y, dtype=np.float32 if np.asarray(y).dtype.kind == "f" else np.int64),
             np.asarray(indices, dtype=np.int64),
         )
 

@@ -30,8 +30,14 @@ from training.data import DeviceTransform, VersionDataset
 from training.distributed import DistInfo, all_reduce_sum, gather_objects
 from training.guards import NonFiniteLossError, batch_paths
 from training.init import init_weights
-from training.losses import build_loss, class_weights
-from training.metrics import memory_mb, peak_memory_mb
+from training.losses import (
+    LOWER_IS_BETTER,
+    RegressionLoss,
+    RegressionTarget,
+    build_loss,
+    class_weights,
+)
+from training.metrics import memory_mb, peak_memory_mb, regression_metrics, regression_sums
 from training.models import build_model, enable_grad_checkpointing, pick_architecture
 from training.recorder import RunReport
 from training.runtime import (  # noqa: F401 - re-exported: the loop's public surface
@@ -119,8 +125,11 @@ class Trainer:
         self.plan: AmpPlan = resolve_amp(rt.amp, self.device)
         self.scaler = self.plan.make_scaler()
 
+        # A regression version (float32 targets) gets a one-output head and RegressionLoss.
+        self.task = getattr(train_reader, "task", "classification")
+        self.regression = self.task == "regression"
         classes = list(train_reader.classes)
-        self.num_classes = max(len(classes), 1)
+        self.num_classes = 1 if self.regression else max(len(classes), 1)
         self.sample_shape = tuple(
             getattr(train_reader, "sample_shape", None) or train_reader.get_batch([0])[0].shape[1:]
         )
@@ -179,16 +188,24 @@ class Trainer:
         self.scheduler = make_scheduler(
             self.optimizer, warmup=self.warmup, total=self.total_steps, floor=cfg.optim.min_lr_ratio
         )
-        counts = np.bincount(
-            np.asarray(train_reader.labels(), dtype=np.int64), minlength=self.num_classes
-        )
-        weight = class_weights(cfg.loss.class_weights, counts.tolist(), self.num_classes)
-        self.loss_fn = build_loss(
-            cfg.loss.loss,
-            label_smoothing=cfg.loss.label_smoothing,
-            focal_gamma=cfg.loss.focal_gamma,
-            weight=weight.to(self.device) if weight is not None else None,
-        ).to(self.device)
+        if self.regression:
+            self.target = RegressionTarget(
+                np.asarray(train_reader.labels(), dtype=np.float64), cfg.loss.target_transform
+            ).to(self.device)
+            self.loss_fn: nn.Module = RegressionLoss(
+                self.target, cfg.loss.regression_loss, cfg.loss.huber_delta
+            ).to(self.device)
+        else:
+            counts = np.bincount(
+                np.asarray(train_reader.labels(), dtype=np.int64), minlength=self.num_classes
+            )
+            weight = class_weights(cfg.loss.class_weights, counts.tolist(), self.num_classes)
+            self.loss_fn = build_loss(
+                cfg.loss.loss,
+                label_smoothing=cfg.loss.label_smoothing,
+                focal_gamma=cfg.loss.focal_gamma,
+                weight=weight.to(self.device) if weight is not None else None,
+            ).to(self.device)
         self.transform = DeviceTransform.build(
             getattr(train_reader, "mean", None),
             getattr(train_reader, "std", None),
@@ -213,6 +230,8 @@ class Trainer:
         self.best_metric: float | None = None
         self.best_step: int | None = None
         self.metric_name = cfg.checkpoint.metric
+        if self.regression and self.metric_name == "val_accuracy":
+            self.metric_name = "val_rmse"  # a regressor has no accuracy: the default becomes RMSE
         self.report = report or RunReport(
             None, rank=self.dist.rank, metrics_path=metrics_path, metric_name=self.metric_name
         )
@@ -339,7 +358,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=cfg.runtime.set_to_none)
 
         with torch.no_grad():
-            correct = int((logits.argmax(dim=-1) == y).sum())
+            correct = 0 if self.regression else int((logits.argmax(dim=-1) == y).sum())
         n = int(y.numel())
         self.sums.loss_sum += float(loss.detach()) * n
         self.sums.correct += correct
@@ -399,7 +418,9 @@ class Trainer:
         on running statistics)."""
         was_training = self.model.training
         self.model.eval()
-        sums = torch.zeros(3, dtype=torch.float64)
+        # Classification: CE sum, correct, n. Regression: loss sum, n, squared and absolute
+        # errors in the target's own unit (after the inverse of the target transform).
+        sums = torch.zeros(5 if self.regression else 3, dtype=torch.float64)
         try:
             self.val_data.set_epoch(0)
             for xb, yb in self.val_data:
@@ -407,6 +428,9 @@ class Trainer:
                 y = yb.to(self.device)
                 with self.plan.autocast():
                     logits = self.model(x)
+                if self.regression:
+                    sums += regression_sums(self.loss_fn, self.target, logits, y)
+                    continue
                 # Plain cross-entropy: comparable across loss options and label smoothing.
                 sums[0] += float(F.cross_entropy(logits.float(), y, reduction="sum"))
                 sums[1] += float((logits.argmax(-1) == y).sum())
@@ -416,6 +440,8 @@ class Trainer:
         if self.model.training != was_training:
             raise AssertionError("evaluate() did not restore the model's training mode")
         all_reduce_sum(sums, self.dist)
+        if self.regression:
+            return regression_metrics(sums)
         if sums[2] == 0:
             return {}
         return {
@@ -429,7 +455,7 @@ class Trainer:
         if self.metric_name not in val:
             return None
         v = float(val[self.metric_name])
-        return -v if self.metric_name == "val_loss" else v
+        return -v if self.metric_name in LOWER_IS_BETTER else v
 
     def _save(self, *, metric: float | None = None, is_best: bool = False) -> None:
         state = self.state_dict()  # collective: every rank takes part
@@ -451,7 +477,7 @@ class Trainer:
             "step": self.step,
             "epoch": self.epoch,
             "train_loss": float(sums[0]) / seen,
-            "train_accuracy": float(sums[1]) / seen,
+            **({} if self.regression else {"train_accuracy": float(sums[1]) / seen}),
             **val,
             "peak_mem_mb": peak_memory_mb(self.device),
         }
@@ -468,14 +494,22 @@ class Trainer:
         self.metrics.write(record)
         self.metrics.flush()
         self.last_val = val
-        log.info(
-            "epoch %d: train loss %.4f acc %.4f | val loss %s acc %s",
-            self.epoch,
-            record["train_loss"],
-            record["train_accuracy"],
-            f"{val['val_loss']:.4f}" if val else "-",
-            f"{val['val_accuracy']:.4f}" if val else "-",
-        )
+        if self.regression:
+            log.info(
+                "epoch %d: train loss %.4f | val loss %s rmse %s mae %s",
+                self.epoch,
+                record["train_loss"],
+                *(f"{val[k]:.4f}" if val else "-" for k in ("val_loss", "val_rmse", "val_mae")),
+            )
+        else:
+            log.info(
+                "epoch %d: train loss %.4f acc %.4f | val loss %s acc %s",
+                self.epoch,
+                record["train_loss"],
+                record["train_accuracy"],
+                f"{val['val_loss']:.4f}" if val else "-",
+                f"{val['val_accuracy']:.4f}" if val else "-",
+            )
         self.epoch += 1
         self.data.set_epoch(self.epoch)
         self.sums = EpochSums()

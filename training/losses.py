@@ -61,3 +61,60 @@ def build_loss(
     if kind == "focal":
         return FocalLoss(focal_gamma, weight=weight, label_smoothing=label_smoothing)
     return nn.CrossEntropyLoss(weight=weight, label_smoothing=label_smoothing)
+
+
+# ------------------------------------------------------------------------------ regression
+LOWER_IS_BETTER = frozenset({"val_loss", "val_rmse", "val_mae"})
+
+
+class RegressionTarget(nn.Module):
+    """A regression head's view of the target: the optional ``log1p`` transform, then
+    standardisation by the train split's mean and std (so one learning rate fits targets in
+    any unit). The model predicts the standardised value; ``to_target`` inverts both, so
+    metrics are in the target's own unit. Mean and std are recomputed from the version's train
+    targets on every start (a pure function of the version: a resume gets the same ones)."""
+
+    def __init__(self, train_targets: Sequence[float] | torch.Tensor, transform: str = "none"):
+        super().__init__()
+        if transform not in ("none", "log1p"):
+            raise ConfigError(f"TRAIN_TARGET_TRANSFORM: must be none or log1p (got {transform!r})")
+        self.transform = transform
+        y = torch.as_tensor(train_targets, dtype=torch.float64)
+        if transform == "log1p" and bool((y <= -1).any()):
+            raise ConfigError(
+                "TRAIN_TARGET_TRANSFORM=log1p: the train split has targets <= -1 "
+                f"(min {float(y.min()):g}); log1p is undefined there"
+            )
+        t = self._forward_transform(y)
+        self.register_buffer("center", t.mean().float() if t.numel() else torch.tensor(0.0))
+        scale = t.std(unbiased=False).float() if t.numel() > 1 else torch.tensor(1.0)
+        self.register_buffer("scale", scale if float(scale) > 0 else torch.tensor(1.0))
+
+    def _forward_transform(self, y: torch.Tensor) -> torch.Tensor:
+        return torch.log1p(y) if self.transform == "log1p" else y
+
+    def encode(self, y: torch.Tensor) -> torch.Tensor:
+        """Target → what the model is trained to predict."""
+        return (self._forward_transform(y.float()) - self.center) / self.scale
+
+    def to_target(self, pred: torch.Tensor) -> torch.Tensor:
+        """The model's output (B, 1) or (B,) → a prediction in the target's unit."""
+        t = pred.float().reshape(-1) * self.scale + self.center
+        return torch.expm1(t) if self.transform == "log1p" else t
+
+
+class RegressionLoss(nn.Module):
+    """MSE or Huber loss between the model's (B, 1) output and the encoded target."""
+
+    def __init__(self, target: RegressionTarget, kind: str = "mse", delta: float = 1.0) -> None:
+        super().__init__()
+        if kind not in ("mse", "huber"):
+            raise ConfigError(f"TRAIN_REGRESSION_LOSS: must be mse or huber (got {kind!r})")
+        self.target = target
+        self.kind, self.delta = kind, delta
+
+    def forward(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p, t = pred.float().reshape(-1), self.target.encode(y)
+        if self.kind == "huber":
+            return F.huber_loss(p, t, delta=self.delta)
+        return F.mse_loss(p, t)

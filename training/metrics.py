@@ -63,3 +63,30 @@ def peak_memory_mb(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**20
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def regression_sums(loss_fn: Any, target: Any, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One val batch of a regressor: [loss sum, n, squared-error sum, absolute-error sum]
+    in the target's own unit (``target.to_target`` inverts the training transform), plus a
+    zero slot so the sums line up with evaluate()'s five."""
+    n = int(y.numel())
+    err = target.to_target(pred).double() - y.double().reshape(-1)
+    loss = float(loss_fn(pred, y)) * n
+    return torch.tensor(
+        [loss, float(n), float((err * err).sum()), float(err.abs().sum()), 0.0],
+        dtype=torch.float64,
+    )
+
+
+def regression_metrics(sums: torch.Tensor) -> dict[str, Any]:
+    """val_loss (the training loss on the encoded target), val_rmse and val_mae (in the
+    target's unit; lower is better: the loop hands them to the checkpoint manager negated)."""
+    n = float(sums[1])
+    if n == 0:
+        return {}
+    return {
+        "val_loss": float(sums[0]) / n,
+        "val_rmse": (float(sums[2]) / n) ** 0.5,
+        "val_mae": float(sums[3]) / n,
+        "val_samples": int(n),
+    }

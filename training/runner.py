@@ -47,6 +47,7 @@ from training.guards import (
     refuse_leakage,
 )
 from training.loop import StopRequested, Trainer, resolve_device, result_summary
+from training.losses import LOWER_IS_BETTER
 from training.recorder import RunReport
 from training.resume import RunEvents, resume_state
 from training.runtime import RaiseOnTerm, TermSignal
@@ -133,7 +134,7 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
             metrics_path=work / "metrics.jsonl",
             metric_name=cfg.checkpoint.metric,
             # The manager ranks higher-is-better; a loss is handed to it negated.
-            higher_is_better=cfg.checkpoint.metric != "val_loss",
+            higher_is_better=cfg.checkpoint.metric not in LOWER_IS_BETTER,
         )
         events = report.events
         report.epoch_of = lambda step: step // max(trainer.steps_per_epoch, 1) if trainer else 0
@@ -160,10 +161,16 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                     reader = open_reader(target, saved)
             if cfg.data.check_leakage:
                 refuse_leakage(reader)
-            if cfg.data.check_labels:
+            regression = getattr(reader, "task", "classification") == "regression"
+            if cfg.data.check_labels and not regression:  # a regressor's targets have no classes
                 check_label_distribution(reader)
             train_r, val_r = reader.split("train"), reader.split("val")
-            if len(train_r) == 0 or len(reader.classes) < 2:
+            if regression and len(train_r) < 2:
+                raise DataCheckError(
+                    f"dataset version {reader.version_id}: a regression needs at least 2 train "
+                    f"samples (train {len(train_r)})"
+                )
+            if not regression and (len(train_r) == 0 or len(reader.classes) < 2):
                 raise DataCheckError(
                     f"dataset version {reader.version_id}: needs a non-empty train split and at least 2 classes "
                     f"(train {len(train_r)} samples, classes {list(reader.classes)})"
@@ -176,6 +183,7 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                 "manifest_sha256": reader.manifest_sha256,
                 "modality": reader.modality,
                 "classes": list(reader.classes),
+                **({"task": "regression"} if regression else {}),
             }
             info = {"dataset": dataset_info, "run_id": target.run_id}
             log.info("config: %s", json.dumps(cfg.to_dict(), sort_keys=True))
@@ -203,6 +211,9 @@ def _run(cfg: TrainConfig, target: RunTarget, device: torch.device, dist: DistIn
                 info=info,
                 report=report,
             )
+            # A regressor asked for val_accuracy ranks by val_rmse (the Trainer decides).
+            report.metric_name = trainer.metric_name
+            report.higher_is_better = trainer.metric_name not in LOWER_IS_BETTER
             if state is not None:
                 if state.get("config") and state["config"] != cfg.to_dict():
                     diffs = _config_diff(TrainConfig.from_dict(state["config"]).flat(), cfg.flat())
