@@ -229,10 +229,16 @@ def show_cmd(
     table = Table(
         title=f"{counts['samples']} samples from {counts['files']} files ({counts.get('duplicates', 0)} duplicates)"
     )
-    table.add_column("class")
+    regression = m.get("task") == "regression"
+    table.add_column("target" if regression else "class")
     table.add_column("train", justify="right")
     table.add_column("val", justify="right")
     per = counts["per_split"]
+    if regression:  # a histogram of the numeric target instead of class counts
+        from pipeline.datasets.targets import histogram_rows
+
+        for row in histogram_rows(m.get("target") or {}):
+            table.add_row(row["label"], str(row["train"]), str(row["val"]))
     for cls in sorted(set(per["train"]["classes"]) | set(per["val"]["classes"])):
         table.add_row(
             cls or "(none)",
@@ -434,3 +440,6 @@ def register(app: typer.Typer) -> None:
     app.command("contains")(contains_cmd)
     app.command("export")(export_cmd)
     app.command("gc")(gc_cmd)
+    from pipeline.datasets import review_commands  # quality, approve, reject
+
+    review_commands.register(app)

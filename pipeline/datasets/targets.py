@@ -59,13 +59,21 @@ def _r(x: float) -> float:
     return round(float(x), 6)
 
 
-def histogram_lines(target: Mapping[str, Any], split: str, width: int = 30) -> list[str]:
-    """Text bars of one split's histogram (the CLI's ``show``): ``[lo, hi)  count  ####``."""
+def histogram_rows(target: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per bin: ``{"label": "[lo, hi)", "train", "val", "total"}`` (the last bin is
+    closed), the shape of the UI's class rows so one chart draws either."""
     edges = target.get("bins") or []
-    counts = (target.get(split) or {}).get("counts") or []
-    top = max(counts, default=0) or 1
-    lines = []
-    for i, c in enumerate(counts):
-        bar = "#" * round(width * c / top)
-        lines.append(f"[{edges[i]:.4g}, {edges[i + 1]:.4g})  {c:>7}  {bar}")
-    return lines
+    train = (target.get("train") or {}).get("counts") or [0] * max(len(edges) - 1, 0)
+    val = (target.get("val") or {}).get("counts") or [0] * max(len(edges) - 1, 0)
+    rows = []
+    for i in range(max(len(edges) - 1, 0)):
+        close = "]" if i == len(edges) - 2 else ")"
+        rows.append(
+            {
+                "label": f"[{edges[i]:.4g}, {edges[i + 1]:.4g}{close}",
+                "train": int(train[i]),
+                "val": int(val[i]),
+                "total": int(train[i]) + int(val[i]),
+            }
+        )
+    return rows

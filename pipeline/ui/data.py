@@ -224,7 +224,15 @@ def get_version(store: MetadataStore, ref: str, dataset: str | None = None) -> d
         out["deleted_at"] = _iso(v.deleted_at)
         manifest = _parse_manifest(v.manifest)
         out["manifest"] = manifest_summary(manifest)
-        out["classes"] = class_split_counts(s, v.version_id, manifest)
+        if manifest.get("task") == "regression":
+            # No classes: the manifest's target histogram, one row per bin (targets.py).
+            from pipeline.datasets.targets import histogram_rows
+
+            out["task"] = "regression"
+            out["target"] = manifest.get("target") or {}
+            out["classes"] = histogram_rows(out["target"])
+        else:
+            out["classes"] = class_split_counts(s, v.version_id, manifest)
         parent = s.get(DatasetVersion, v.parent_id) if v.parent_id else None
         out["parent"] = {"version_id": parent.version_id, "tag": parent.tag} if parent else None
         children = s.execute(
