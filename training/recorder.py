@@ -47,7 +47,16 @@ class RunRecorder:
         except Exception:
             log.exception("metadata store: %s failed (training continues)", fn_name)
 
-    def started_run(self, version_id: str, params: dict[str, Any]) -> None:
+    def started_run(self, version_id: str, params: dict[str, Any], **record: Any) -> None:
+        """The run's row, with what reproduces it as this process sees it: its code version,
+        requirements.lock, command, and ``record`` (config, manifest_sha256...)."""
+        if self.enabled:
+            try:
+                from pipeline.runs import repro
+
+                record = {**repro.here(), "command": repro.process_command(), **record}
+            except Exception:
+                log.exception("measuring the code version failed (training continues)")
         self._call(
             "record_run_started",
             self.run_id,
@@ -57,6 +66,7 @@ class RunRecorder:
             dag_id=os.environ.get("AIRFLOW_CTX_DAG_ID"),
             dag_run_id=os.environ.get("AIRFLOW_CTX_DAG_RUN_ID"),
             launcher=os.environ.get("LAKETRAIN_LAUNCHER", "python -m training"),
+            **record,
         )
         self.started = True
 
@@ -154,9 +164,19 @@ class RunReport:
         manager.on_delete = self.store.checkpoint_deleted
 
     # --------------------------------------------------------------------------- metrics
-    def start(self, version_id: str, params: dict[str, Any]) -> None:
-        """The run is running on ``version_id`` with ``params`` (the store's run row)."""
-        self.store.started_run(version_id, params)
+    def start(
+        self,
+        version_id: str,
+        params: dict[str, Any],
+        *,
+        config: dict[str, Any] | None = None,
+        manifest_sha256: str | None = None,
+    ) -> None:
+        """The run is running on ``version_id`` with ``params`` (the store's run row).
+        ``config``: the resolved config, when it holds more than ``params`` (default: params);
+        ``manifest_sha256``: the version's (default: the store's row of the version)."""
+        config = dict(params if config is None else config)
+        self.store.started_run(version_id, params, config=config, manifest_sha256=manifest_sha256)
         self.store.events(self.events)
 
     def log(self, record: dict[str, Any] | None = None, **fields: Any) -> None:
@@ -274,6 +294,7 @@ class RunReport:
             metric_name=self.result["metric_name"],
             checkpoint_url=self.result["checkpoint_url"],
             error=error,
+            exit_code=code,
         )
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)

@@ -99,6 +99,8 @@ def record_finished(
         checkpoint_url=result.get("checkpoint_url"),
         # the trainer's own words ("batch_size: 64 ... lower the batch size") beat ours
         error=(result.get("error") or launch_failed) if status != "succeeded" else None,
+        # the launcher saw the process end: its exit status beats what result.json says
+        exit_code=code if code is not None else result.get("exit_code"),
     )
     log.info(
         "run %s finished: %s, %s=%s, checkpoint %s",

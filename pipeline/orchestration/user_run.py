@@ -123,13 +123,6 @@ def docker_run_argv(
 def run(argv: Sequence[str], *, emit: Callable[[str], None] | None = None) -> int:
     """The ``laketrain train --command/--image`` entry: returns the exit code to exit with
     (the command's own, or 2 for bad flags)."""
-    from pipeline.datasets.reader import open_version
-    from pipeline.orchestration import launchers, results, tasks
-    from pipeline.orchestration.usercode import user_argv
-    from pipeline.runs import record_run_started
-    from pipeline.settings import get_settings, project_root
-
-    emit = emit or (lambda line: print(line, flush=True))
     try:
         ns = _parser().parse_args(list(argv))
     except SystemExit as exc:  # argparse printed why
@@ -139,27 +132,55 @@ def run(argv: Sequence[str], *, emit: Callable[[str], None] | None = None) -> in
     except ContractError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return launch(params, run_id=ns.run_id or new_run_id(), emit=emit)
+
+
+def launch(
+    params: TrainParams,
+    *,
+    run_id: str,
+    emit: Callable[[str], None] | None = None,
+) -> int:
+    """Run ``params`` (its command, or its image with docker) here as run ``run_id`` and
+    record it: queued with what reproduces it (command, image, code version, lock), then the
+    outcome from result.json or the exit status. Returns the exit code (3: no such version)."""
+    from pipeline.datasets.reader import open_version
+    from pipeline.orchestration import launchers, results, tasks
+    from pipeline.orchestration.env_contract import command_argv
+    from pipeline.orchestration.usercode import user_argv
+    from pipeline.runs import record_run_started, repro
+    from pipeline.settings import get_settings, project_root
+
+    emit = emit or (lambda line: print(line, flush=True))
     try:
         # Resolved before launch: the command gets the id, never "latest" or a tag.
-        version_id = open_version(params.dataset, params.dataset_version).version_id
+        reader = open_version(params.dataset, params.dataset_version)
     except (LookupError, ValueError) as exc:
         print(f"error: dataset_version: {exc}", file=sys.stderr)
         return 3
-    run_id = ns.run_id or new_run_id()
+    version_id = reader.version_id
     settings = get_settings()
     print(f"RUN_ID={run_id} (rerun with --run-id {run_id} to resume it)", file=sys.stderr)
-    record_run_started(
+    command_words = (
+        command_argv(params.command) if params.command else list(launchers.TRAINER_COMMAND)
+    )
+    row = record_run_started(
         run_id,
         params.dataset,
         version_id,
         params.to_dict(),
         launcher=params.launcher,
         status="queued",
+        manifest_sha256=reader.manifest_sha256,
+        command=command_words,
+        image=params.image or None,
+        **repro.here(),
     )
+    print(f"run {row['name']} (RUN_ID {run_id})", file=sys.stderr)
     env = tasks.trainer_env(params, run_id=run_id, version_id=version_id)
     grace = launchers.LauncherConfig.from_env().kill_grace_seconds
     if params.image:
-        from pipeline.orchestration.env_contract import basic_vars, command_argv
+        from pipeline.orchestration.env_contract import basic_vars
 
         cfg = launchers.LauncherConfig.from_env()
         command = command_argv(params.command) if params.command else None
@@ -185,12 +206,13 @@ def run(argv: Sequence[str], *, emit: Callable[[str], None] | None = None) -> in
             secret=dict(env.secret),
         )
         code = launchers.run_local(client_env, emit=emit, grace_seconds=grace, command=argv_)
+        _record_image_digest(run_id, params.image, client_env.public)
     else:
         code = launchers.run_local(
             env,
             emit=emit,
             grace_seconds=grace,
-            command=user_argv(params.command),
+            command=user_argv(params.command) if params.command else None,
             cwd=str(project_root()),
         )
     outcome = results.record_finished(
@@ -198,5 +220,30 @@ def run(argv: Sequence[str], *, emit: Callable[[str], None] | None = None) -> in
         launch_failed=None if code == 0 else f"exit code {code}",
         exit_report=tasks.exit_report(params, code),
     )
-    print(f"run {run_id}: {outcome['status']} (exit code {code})", file=sys.stderr)
+    print(f"run {row['name']} ({run_id}): {outcome['status']} (exit code {code})", file=sys.stderr)
     return code
+
+
+def _record_image_digest(run_id: str, image: str, client_env: dict[str, str]) -> None:
+    """The image's repo digest (``name@sha256:...``) as the docker client reports it, on the
+    run; nothing when the client cannot tell (a local build has none, no daemon)."""
+    import json
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image],
+            env=client_env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        digests = json.loads(out.stdout) if out.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return
+    if isinstance(digests, list) and digests and isinstance(digests[0], str):
+        if "@sha256:" in digests[0]:
+            from pipeline.runs import record_run_details
+
+            record_run_details(run_id, image_digest=digests[0][:255])

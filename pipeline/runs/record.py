@@ -39,6 +39,7 @@ RECORD_FIELDS = (
     "lock_sha256",
     "config",
 )
+LAUNCHER_FIELDS = ("command", "image", "image_digest")
 
 __all__ = [
     "RUN_STATUSES",
@@ -128,6 +129,8 @@ def record_run_started(
                     select(TrainingRun).where(TrainingRun.run_id == run_id).with_for_update()
                 ).scalar_one_or_none()
                 now = utcnow()
+                if "manifest_sha256" not in extra and not (run and run.manifest_sha256):
+                    extra["manifest_sha256"] = _manifest_sha256(session, version_id)
                 if run is None:
                     run = TrainingRun(
                         run_id=run_id,
@@ -164,6 +167,10 @@ def record_run_started(
                         _close_open_attempts(session, run_id, now)
                         session.add(_attempt(run, run.attempts, status, launcher, now))
                     for key, value in extra.items():
+                        # The launcher knows what it started (argv, image): the trainer's own
+                        # view of its command does not replace it within the same attempt.
+                        if same_attempt and key in LAUNCHER_FIELDS and getattr(run, key):
+                            continue
                         setattr(run, key, value)
                     if run.name is None:
                         run.name = _next_name(session, dataset, version_id)
@@ -193,6 +200,16 @@ def _record_fields(record: dict[str, Any]) -> dict[str, Any]:
         if key in out and not isinstance(out[key], dict):
             raise ValueError(f"{key} must be a dict, got {type(out[key]).__name__}")
     return out
+
+
+def _manifest_sha256(session: Any, version_id: str) -> str | None:
+    """The version's manifest digest, when the store has the version (a run on a folder it
+    never saw has none to copy)."""
+    from pipeline.metadata.datasets import DatasetVersion
+
+    return session.execute(
+        select(DatasetVersion.manifest_sha256).where(DatasetVersion.version_id == version_id)
+    ).scalar_one_or_none()
 
 
 def _next_name(session: Any, dataset: str, version_id: str) -> str:
