@@ -325,14 +325,14 @@ def _data_diff(ra: dict, rb: dict, store: Any, limit: int) -> dict[str, Any]:
 
 
 def _class_counts(version: dict[str, Any]) -> dict[str, int]:
-    """Samples per class of a version, from its manifest's counts (``per_class`` or
-    ``classes``: {label: n}), else {}."""
-    counts = version.get("counts") or {}
-    for key in ("per_class", "classes", "by_class"):
-        value = counts.get(key)
-        if isinstance(value, dict):
-            return {str(k): int(v) for k, v in value.items()}
-    return {}
+    """Samples per class of a version (train and val together), from its manifest's counts;
+    {} for a regression version (its targets have no classes)."""
+    per = (version.get("counts") or {}).get("per_split") or {}
+    out: dict[str, int] = {}
+    for split in per.values():
+        for label, n in ((split or {}).get("classes") or {}).items():
+            out[str(label)] = out.get(str(label), 0) + int(n)
+    return out
 
 
 __all__ = [
