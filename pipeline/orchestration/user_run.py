@@ -151,7 +151,7 @@ def launch(
     from pipeline.runs import record_run_started, repro
     from pipeline.settings import get_settings, project_root
 
-    emit = emit or (lambda line: print(line, flush=True))
+    emit = _TailEmit(emit or (lambda line: print(line, flush=True)))
     try:
         # Resolved before launch: the command gets the id, never "latest" or a tag.
         reader = open_version(params.dataset, params.dataset_version)
@@ -215,10 +215,14 @@ def launch(
             command=user_argv(params.command) if params.command else None,
             cwd=str(project_root()),
         )
+    report = tasks.exit_report(params, code)
+    if code != 0 and report.get("message") and emit.reason():
+        # "exited with code 2 (bad config)" says little; the trainer's own last error says why.
+        report = tasks.exit_report(params, code, error=f"{report['message']}: {emit.reason()}")
     outcome = results.record_finished(
         run_id,
         launch_failed=None if code == 0 else f"exit code {code}",
-        exit_report=tasks.exit_report(params, code),
+        exit_report=report,
     )
     print(f"run {row['name']} ({run_id}): {outcome['status']} (exit code {code})", file=sys.stderr)
     return code
@@ -247,3 +251,22 @@ def _record_image_digest(run_id: str, image: str, client_env: dict[str, str]) ->
             from pipeline.runs import record_run_details
 
             record_run_details(run_id, image_digest=digests[0][:255])
+
+
+class _TailEmit:
+    """Passes the command's lines on, keeping the last ones: a failed run's record gets the
+    command's own last error line."""
+
+    def __init__(self, emit: Callable[[str], None], keep: int = 50) -> None:
+        self.emit, self.keep, self.lines = emit, keep, []
+
+    def __call__(self, line: str) -> None:
+        self.emit(line)
+        if line.strip():
+            self.lines = [*self.lines[-(self.keep - 1) :], line.strip()]
+
+    def reason(self) -> str | None:
+        for line in reversed(self.lines):
+            if "error" in line.lower() and not line.startswith("Traceback"):
+                return line[:1000]
+        return None
