@@ -120,6 +120,11 @@ def version_label_problem(version: Mapping[str, Any]) -> str | None:
     classes = (version.get("manifest") or {}).get("classes") or version.get("classes") or []
     if classes:
         return None
+    target = (version.get("manifest") or {}).get("target") or {}
+    if (version.get("manifest") or {}).get("task") == "regression" and (
+        (target.get("train") or {}).get("n")
+    ):
+        return None  # numeric targets (recipe task = "regression"): no classes by design
     invalid = version.get("invalid") or 0
     left_out = f", {invalid} file(s) left out as invalid" if invalid else ""
     return (

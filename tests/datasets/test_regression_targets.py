@@ -184,3 +184,16 @@ def test_classification_table_versions_are_unchanged(store, home):
     assert r.task == "classification" and r.classes == ["a", "b"]
     assert r.labels().dtype == np.int64 and r.get_batch([0])[1].dtype == np.int64
     assert "task" not in r.manifest and "target" not in r.manifest
+
+
+def test_the_train_dag_does_not_refuse_a_regression_version_for_having_no_class():
+    from pipeline.orchestration.refusals import version_label_problem
+
+    version = {"tag": "p_v1", "dataset": "p", "samples": 9, "invalid": 0}
+    target = {"bins": [0.0, 1.0], "train": {"n": 7, "counts": [7]}, "val": {"n": 2}}
+    regression = {**version, "manifest": {"task": "regression", "classes": [], "target": target}}
+    assert version_label_problem(regression) is None
+    empty = {"bins": [], "train": {"n": 0, "counts": []}, "val": {"n": 0}}
+    no_targets = {**version, "manifest": {"task": "regression", "classes": [], "target": empty}}
+    assert "no labels" in version_label_problem(no_targets)
+    assert "no labels" in version_label_problem({**version, "manifest": {"classes": []}})
