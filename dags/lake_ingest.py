@@ -12,7 +12,12 @@ reconcile that catches anything an event missed.
 4. **commit** — one mapped task per dataset: publishes a new version, or nothing when the
    content did not change; the process and commit logs name every rejected file (path and
    reason, the first 50); each new version is an asset event on `laketrain://datasets/<name>`
-   with `{dataset, version_id, tag, samples, added, removed}`.
+   with `{dataset, version_id, tag, samples, added, removed}`. A version the recipe's
+   `[quality]` rules hold is published `quarantined`: not `latest`, no event.
+5. **approve** — one Required Action per held version whose recipe asks for approval
+   (`quality.approval`): *Approve* makes it `latest` and fires its event (auto-training
+   starts), *Reject* keeps it quarantined with the reason given. No answer within
+   `LAKETRAIN_APPROVAL_TIMEOUT_S` (default an hour) leaves it undecided; the next run asks again.
 
 The DAG works from the ledger, never from the event payload: a collapsed, duplicated or missed
 event never loses a file or processes one twice. One ingest runs at a time; every step is safe
@@ -31,11 +36,14 @@ from airflow.sdk import (
     AssetWatcher,
     CronTriggerTimetable,
     Metadata,
+    Param,
     dag,
     task,
 )
 
 from pipeline.orchestration import dagconfig
+from pipeline.orchestration.approval import response_timeout
+from pipeline.orchestration.approval_operator import VersionApprovalOperator
 from pipeline.orchestration.tasks import DATASET_ALIAS, LAKE_ASSET_URI
 from pipeline.orchestration.trigger import LakeTrigger
 
@@ -118,9 +126,33 @@ def lake_ingest():
             uri = dataset_asset_uri(dataset)
             yield Metadata(Asset(name=uri, uri=uri), extra=extra, alias=versions)
 
+    @task(trigger_rule="none_failed")
+    def held(datasets: list[str]) -> list[dict]:
+        """The held versions that wait for a person (the approve step's mapped kwargs)."""
+        from pipeline.orchestration.approval import pending_reviews
+
+        return pending_reviews(datasets)
+
     datasets = scan()
     segments = process.expand(shard=plan(datasets))
-    commit.partial(segments=segments).expand(dataset=datasets)
+    committed = commit.partial(segments=segments).expand(dataset=datasets)
+    reviews = held(datasets)
+    committed >> reviews
+    # Retrying would ask the person again: a run that fails here is asked again by the next.
+    VersionApprovalOperator.partial(
+        task_id="approve",
+        outlets=[versions],
+        retries=0,
+        response_timeout=response_timeout(),
+        params={
+            "reason": Param(
+                "",
+                type="string",
+                title="Reason",
+                description="Why (recorded with the decision; give one to reject).",
+            )
+        },
+    ).expand_kwargs(reviews)
 
 
 lake_ingest()

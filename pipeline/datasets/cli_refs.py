@@ -31,7 +31,7 @@ def datasets_with_versions(store: MetadataStore | None = None) -> list[str]:
         return sorted(
             session.scalars(
                 select(DatasetVersion.dataset)
-                .where(DatasetVersion.status == VERSION_COMMITTED)
+                .where(DatasetVersion.status.in_((VERSION_COMMITTED, "quarantined")))
                 .distinct()
             )
         )

@@ -80,6 +80,11 @@ class GcPlan:
         }
 
 
+# A quarantined version (held by the quality gate, waiting for a decision) is a version like
+# a committed one here: ranked by keep_last, its folder and segments kept while it is.
+_KEPT_STATUSES = (VERSION_COMMITTED, "quarantined")
+
+
 def run_versions(session: Session) -> set[str]:
     """Version ids that any training run used; empty when runs are not recorded here."""
     conn = session.connection()
@@ -97,7 +102,7 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
     versions = list(
         session.scalars(
             select(DatasetVersion)
-            .where(DatasetVersion.status == VERSION_COMMITTED)
+            .where(DatasetVersion.status.in_(_KEPT_STATUSES))
             .order_by(
                 DatasetVersion.dataset, DatasetVersion.created_at.desc(), DatasetVersion.version_id
             )
@@ -170,7 +175,7 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
     # Version folders: staging leftovers, and published folders never recorded as committed.
     recorded = set(
         session.scalars(
-            select(DatasetVersion.path).where(DatasetVersion.status == VERSION_COMMITTED)
+            select(DatasetVersion.path).where(DatasetVersion.status.in_(_KEPT_STATUSES))
         )
     )
     ds_root = mf.datasets_root(data_root)

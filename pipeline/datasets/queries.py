@@ -29,6 +29,9 @@ from pipeline.metadata.datasets import (
 from pipeline.metadata.store import MetadataStore, open_store
 
 _MD5 = re.compile(r"[0-9a-fA-F]{32}")
+# Versions that exist: committed, and quarantined by the quality gate (listed, shown, diffed
+# and exported; never latest). "deleted" (gc'd) ones only with include_deleted.
+LISTED = (VERSION_COMMITTED, "quarantined")
 
 
 def version_summary(v: DatasetVersion) -> dict[str, Any]:
@@ -72,7 +75,7 @@ def list_versions(
     if dataset is not None:
         query = query.where(DatasetVersion.dataset == dataset)
     if not include_deleted:
-        query = query.where(DatasetVersion.status == VERSION_COMMITTED)
+        query = query.where(DatasetVersion.status.in_(LISTED))
     query = query.limit(max(0, int(limit))).offset(max(0, int(offset)))
     with store.session() as session:
         heads = _head_ids(session, dataset)
@@ -84,9 +87,7 @@ def list_versions(
 def count_versions(dataset: str | None = None, *, store: MetadataStore | None = None) -> int:
     store = store or open_store()
     query = (
-        select(func.count())
-        .select_from(DatasetVersion)
-        .where(DatasetVersion.status == VERSION_COMMITTED)
+        select(func.count()).select_from(DatasetVersion).where(DatasetVersion.status.in_(LISTED))
     )
     if dataset is not None:
         query = query.where(DatasetVersion.dataset == dataset)
@@ -100,7 +101,7 @@ def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]
     with store.session() as session:
         rows = session.execute(
             select(DatasetVersion.dataset, func.count(), func.max(DatasetVersion.created_at))
-            .where(DatasetVersion.status == VERSION_COMMITTED)
+            .where(DatasetVersion.status.in_(LISTED))
             .group_by(DatasetVersion.dataset)
             .order_by(DatasetVersion.dataset)
         ).all()
@@ -286,7 +287,7 @@ def versions_containing(
     query = (
         select(*columns, func.min(t.c.idx))
         .join(DatasetVersion, DatasetVersion.version_id == t.c.version_id)
-        .where(DatasetVersion.status == VERSION_COMMITTED)
+        .where(DatasetVersion.status.in_(LISTED))
         .group_by(*columns)
         .order_by(DatasetVersion.created_at.desc(), t.c.path)
         .limit(limit)

@@ -6,7 +6,7 @@ is raised as :class:`RecipeError` naming the file, the field (dotted path) and w
 so a bad recipe fails before a single file is decoded.
 
 ``recipe_hash`` keys derived data: it covers everything that changes what is stored (all fields
-but ``auto_train``), the preprocessor's ``code_version`` and this module's hash format, so a
+but ``auto_train`` and ``[quality]``), the preprocessor's ``code_version`` and this module's hash format, so a
 change to either invalidates the processed samples.
 
 A lake folder without a recipe gets :func:`default_recipe`, chosen from its file types.
@@ -34,6 +34,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from pipeline.datasets.quality.rules import QualityRules
 
 # Bump when the way recipe_hash is computed (or the meaning of a field) changes.
 RECIPE_HASH_FORMAT = "laketrain-recipe-1"
@@ -231,6 +233,8 @@ class Recipe(_Section):
     # label_column, an array's folder or sidecar label, parsed as float32 at build time).
     task: Literal["classification", "regression"] = "classification"
     auto_train: bool = False
+    # The quality gate's rules (pipeline/datasets/quality/rules.py); not in recipe_hash.
+    quality: QualityRules = Field(default_factory=QualityRules)
 
     @field_validator("image", "array", "table")
     @classmethod
@@ -300,6 +304,9 @@ class Recipe(_Section):
         ``task`` only when it is regression, so that every classification recipe keeps the
         recipe_hash (and version ids) it had before the field existed."""
         exclude = {"auto_train"} if self.task == "regression" else {"auto_train", "task"}
+        # [quality] judges versions, it never changes what is stored: tightening a rule must
+        # not reprocess the lake (pipeline/datasets/quality/rules.py).
+        exclude.add("quality")
         return self.model_dump(mode="json", exclude=exclude)
 
     @property

@@ -16,8 +16,10 @@ through here, so a reference names the same version everywhere. The rules, in or
    are an error that names them; a shorter prefix is never a prefix (it could only ever
    become ambiguous as versions are added).
 
-Only committed versions match, except for callers that describe deleted (gc'd) versions too
-(the UI's version page: ``include_deleted=True``); ``latest`` is always a committed version.
+Only committed and quarantined versions match (a quarantined one is held by the quality gate:
+inspectable, never ``latest``; the train DAG refuses it), except for callers that describe
+deleted (gc'd) versions too (the UI's version page: ``include_deleted=True``); ``latest`` is
+always a committed version.
 With a dataset, only that dataset's versions match. Without a store (a training container),
 the version folders under ``DATA_ROOT/datasets/<dataset>/`` are the versions: a folder with a
 ``manifest.json``, never a staging folder.
@@ -41,6 +43,9 @@ if TYPE_CHECKING:  # SQLAlchemy only where a store is used: a store-less reader 
 
 # pipeline.metadata.datasets.VERSION_COMMITTED, not imported for the reason above.
 VERSION_COMMITTED = "committed"
+# A version held by the quality gate (pipeline/datasets/quality/review.py) is matched by id,
+# tag and prefix (it can be shown, diffed and exported), never by ``latest``.
+VERSION_QUARANTINED = "quarantined"
 
 __all__ = [
     "LATEST",
@@ -139,7 +144,7 @@ def resolve_row(
     if dataset:
         scope = scope.where(DatasetVersion.dataset == dataset)
     if not include_deleted:
-        scope = scope.where(DatasetVersion.status == VERSION_COMMITTED)
+        scope = scope.where(DatasetVersion.status.in_((VERSION_COMMITTED, VERSION_QUARANTINED)))
     low = ref.lower()
     if _FULL_ID.fullmatch(low):
         row = session.scalars(scope.where(DatasetVersion.version_id == low)).first()

@@ -134,6 +134,13 @@ def commit_dataset(dataset: str, segments: list[Mapping[str, Any]] | None) -> di
     if version is None:
         log.info("dataset %s: nothing changed, no new version", dataset)
         return None
+    if version.status == "quarantined":
+        # Held by the quality gate: not latest, so no dataset event (auto-training must not
+        # start); the approve step of lake_ingest (or `laketrain approve`) releases it.
+        from pipeline.orchestration.approval import log_held
+
+        log_held(version, logger=log)
+        return None
     extra = version_event_extra(version.to_dict())
     # A head moved back to an older version is an event too: training on latest must see it.
     what = "head moved back to" if version.head_move == "returned" else "committed"

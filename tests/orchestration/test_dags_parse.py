@@ -67,7 +67,7 @@ def test_lake_ingest_is_watched_and_reconciled(tmp_path: Path) -> None:
     )["dags"]["lake_ingest"]
     assert dag["timetable"] == "AssetOrTimeSchedule"  # the watcher, or hourly as a reconcile
     assert dag["max_active_runs"] == 1
-    assert dag["tasks"] == ["commit", "plan", "process", "scan"]
+    assert dag["tasks"] == ["approve", "commit", "held", "plan", "process", "scan"]
     assert [a.rstrip("/") for a in dag["assets"]] == ["laketrain://lake"]
     assert dag["watchers"] == [
         {

@@ -42,6 +42,7 @@ from pipeline.datasets.leases import (
     check_counted_on,
     released_after,
 )
+from pipeline.datasets.quality import at_commit
 from pipeline.datasets.queries import latest_committed
 from pipeline.datasets.segments import (
     clean_stale_temps,
@@ -135,8 +136,13 @@ def commit(
         )
         version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
         if latest is not None and latest.version_id == version_id:
+            at_commit.review.mark_superseded(session, dataset, latest.tag)
             return None
         existing = session.get(DatasetVersion, version_id)
+        if existing is not None and existing.status == at_commit.review.VERSION_QUARANTINED:
+            # Built before and held by the quality gate: it stays held (not the head).
+            gate = at_commit.held_again(session, existing, recipe.quality)
+            return replace(_version_of(existing), status=existing.status, gate=gate)
         if existing is not None and existing.status == VERSION_COMMITTED:
             # The lake went back to the content of an older version: that version is it, and
             # the head moves back to it (latest must name what the lake holds).
@@ -176,6 +182,7 @@ def commit(
                     manifest["chunks"] = tree.manifest_section()
                     manifest_sha = writer.publish(manifest)
         pause_hook("commit_renamed")
+        gate = at_commit.judge_manifest(manifest, recipe.quality)
         row = DatasetVersion(
             version_id=version_id,
             dataset=dataset,
@@ -183,7 +190,7 @@ def commit(
             parent_id=manifest["parent"],
             recipe_hash=rh,
             format=recipe.format,
-            status=VERSION_COMMITTED,
+            status=at_commit.status_for(gate),  # quarantined: held by the quality gate
             samples=manifest["counts"]["samples"],
             train=manifest["counts"]["train"],
             val=manifest["counts"]["val"],
@@ -212,6 +219,10 @@ def commit(
         )
         if chunked:
             record_tree(session, version_id, data_root, manifest, tree)
+        if gate.quarantined:
+            # Published and recorded, but not the head: latest stays where it is.
+            held = at_commit.hold(session, row, gate)
+            return replace(_version_of(row), status=row.status, gate=held)
         head.move_head(session, dataset, version_id, head.HEAD_PUBLISHED)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
 

@@ -92,6 +92,10 @@ class Version:
     # version, now the head) or "returned" (the lake went back to this older version's
     # content; the head moved back to it). None on a Version not returned by commit.
     head_move: str | None = None
+    # "quarantined": the quality gate held it (not the head, no dataset event); ``gate`` then
+    # says why and whether lake_ingest asks a person (pipeline/datasets/quality/at_commit.py).
+    status: str = "committed"
+    gate: dict | None = None
 
     @property
     def short_id(self) -> str:
