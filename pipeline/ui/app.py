@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse, Response
 from pipeline.metadata.store import MetadataStore
 from pipeline.ui import errors, pages
 from pipeline.ui.api import build_router
+from pipeline.ui.runs_api import build_runs_router
+from pipeline.ui.runs_pages import add_run_routes
 
 STATIC = Path(__file__).parent / "static"
 STATIC_FILES = {"style.css": "text/css", "icon.svg": "image/svg+xml"}
@@ -31,9 +33,14 @@ def default_store() -> MetadataStore:
 
 
 def create_app(
-    auth: Callable[..., Any], *, get_store: Callable[[], MetadataStore] = default_store
+    auth: Callable[..., Any],
+    *,
+    get_store: Callable[[], MetadataStore] = default_store,
+    editor: Callable[..., str] | None = None,
 ) -> FastAPI:
-    """The app; ``auth`` is a FastAPI dependency that raises 401/403 for a bad caller."""
+    """The app; ``auth`` is a FastAPI dependency that raises 401/403 for a bad caller.
+    ``editor`` (optional) guards promotion: a dependency that raises 403 for a caller without
+    edit rights and returns the caller's name; without it, promoting is refused."""
     app = FastAPI(
         title="laketrain datasets",
         docs_url=None,
@@ -42,6 +49,7 @@ def create_app(
         dependencies=[Depends(auth)],
     )
     app.include_router(build_router(get_store), prefix="/api")
+    app.include_router(build_runs_router(get_store, editor), prefix="/api")
     # Bad requests, unknown refs and damaged data: JSON under /api, an error page elsewhere.
     errors.install(app)
 
@@ -57,4 +65,5 @@ def create_app(
         )
 
     pages.add_routes(app, get_store)
+    add_run_routes(app, get_store, editor)
     return app

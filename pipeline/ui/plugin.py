@@ -1,4 +1,5 @@
-"""The Airflow plugin: mounts the Datasets app in the api-server and adds "Datasets" to the nav.
+"""The Airflow plugin: mounts the Datasets app in the api-server and adds "Datasets" and "Runs"
+to the nav.
 
 Found through the ``airflow.plugins`` entry point in pyproject.toml (no plugins folder). Every
 Airflow process imports this module — the scheduler, the dag-processor and each task process
@@ -16,6 +17,7 @@ from airflow.plugins_manager import AirflowPlugin
 
 URL_PREFIX = "/laketrain"
 URL_ROUTE = "datasets"
+RUNS_ROUTE = "runs"  # the Runs page: /plugin/runs inside the UI
 
 
 @cache
@@ -27,7 +29,30 @@ def build_app() -> Any:
 
     from pipeline.ui.app import create_app
 
-    return create_app(requires_authenticated())
+    return create_app(requires_authenticated(), editor=asset_editor())
+
+
+def asset_editor() -> Any:
+    """The dependency that guards promotion: a champion alias moves the model asset
+    (``laketrain://models/<dataset>``), so the caller needs Airflow's edit rights on assets
+    (``is_authorized_asset(method="PUT")``; with the simple auth manager: role op or admin, a
+    viewer gets 403). Returns the caller's name, which the promotion records."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi import Depends, HTTPException
+
+    # Depends() as a default, not an Annotated alias: this module's annotations are strings
+    # (future import) and FastAPI resolves them in the module globals, where a local import
+    # is not.
+    def editor(user: Any = Depends(get_user)) -> str:  # noqa: B008
+        if not get_auth_manager().is_authorized_asset(method="PUT", user=user):
+            raise HTTPException(
+                status_code=403,
+                detail="promoting a model needs edit rights on assets in Airflow",
+            )
+        return str(user.get_name())
+
+    return editor
 
 
 class LaketrainPlugin(AirflowPlugin):
@@ -41,7 +66,14 @@ class LaketrainPlugin(AirflowPlugin):
             "destination": "nav",
             "url_route": URL_ROUTE,
             "icon": URL_PREFIX + "/static/icon.svg",
-        }
+        },
+        {
+            "name": "Runs",
+            "href": URL_PREFIX + "/runs",
+            "destination": "nav",
+            "url_route": RUNS_ROUTE,
+            "icon": URL_PREFIX + "/static/icon.svg",
+        },
     ]
 
     @property

@@ -46,5 +46,6 @@ def test_import_is_light_and_the_app_is_built_once_with_airflow_auth(tmp_path):
     assert got["deps"] == ["requires_authenticated.<locals>.inner"]
     assert got["docs"] == [None, None, None]
     assert [(v["name"], v["url_route"], v["href"]) for v in got["views"]] == [
-        ("Datasets", "datasets", "/laketrain/")
+        ("Datasets", "datasets", "/laketrain/"),
+        ("Runs", "runs", "/laketrain/runs"),
     ]
