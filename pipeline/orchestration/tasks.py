@@ -246,6 +246,13 @@ def resolve_version(params: TrainParams) -> dict[str, Any]:
             else "; it has no committed version yet"
         )
         raise RunRefused(f"dataset_version: {exc}{hint}") from None
+    if row.get("status") == "quarantined":
+        # Held by the quality gate: not offered for training, even by its id, until approved.
+        raise RunRefused(
+            f"dataset_version: {row['tag']} is quarantined by the quality gate "
+            f"(`laketrain quality {row['tag']}` says why); approve it first "
+            f"(Required Actions in Airflow, or `laketrain approve {row['tag']}`)"
+        )
     if problem := version_label_problem(row):
         # Refused here, not in the trainer as "train has labels outside 0..-1".
         raise RunRefused(f"dataset {params.dataset!r} cannot be trained: {problem}")
