@@ -43,6 +43,8 @@ from pipeline.datasets.leases import (
     released_after,
 )
 from pipeline.datasets.quality import at_commit
+from pipeline.datasets.quality.compute import compute_report
+from pipeline.datasets.quality.neardup import prepare as prepare_near
 from pipeline.datasets.queries import latest_committed
 from pipeline.datasets.segments import (
     clean_stale_temps,
@@ -127,9 +129,17 @@ def commit(
         parent_rows, known_splits = (
             _version_paths(session, latest.version_id) if latest else ({}, {})
         )
+        # Near-duplicates: hash only the contents the parent lacks; a new one joins the split
+        # of the existing contents it is a near-duplicate of (pipeline/datasets/quality/).
+        near = prepare_near(
+            data_root, dataset, recipe, files, processed,
+            known_splits if latest is not None and latest.recipe_hash == rh else {},
+        )  # fmt: skip
         if latest is None or latest.recipe_hash != rh or recipe.split.group_regex:
             known_splits = {}  # a split depends on the md5 alone only under the same recipe, without group_regex
-        samples, invalid = _assemble(recipe, files, processed, sidecar, known_splits)
+        samples, invalid = _assemble(
+            recipe, files, processed, sidecar, {**known_splits, **near.splits}
+        )
         # Fail, never publish without them, when files lost rows the build counted on.
         check_counted_on(
             session, data_root, dataset, recipe, files, processed, [r.segment_id for r in refs]
@@ -172,6 +182,9 @@ def commit(
                 session,
                 format_version=WRITE_FORMAT,
             )
+            manifest["quality"] = compute_report(
+                near, recipe, samples, invalid, parent, session, data_root, processed
+            ).to_dict()
             if WRITE_FORMAT == 1:
                 manifest_sha = _publish(folder, manifest, samples, invalid)
             else:
@@ -202,6 +215,7 @@ def commit(
             path=mf.version_relpath(dataset, version_id),
             manifest_sha256=manifest_sha,
             manifest=json.dumps(manifest, sort_keys=True),
+            quality=manifest.get("quality"),
             created_at=datetime.fromisoformat(manifest["created_at"]),
         )
         if existing is not None:  # a deleted (gc'd) version published again

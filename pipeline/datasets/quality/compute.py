@@ -1,0 +1,267 @@
+"""The quality report of a version, at commit (docs/quality.md).
+
+Everything here reads what the commit already holds in memory (its samples, invalid files,
+the parent's store row) plus the near-duplicate edges ``neardup.prepare`` returned: no sample
+is decoded or hashed again, so a rebuild that adds nothing computes nothing new. Table column
+statistics are the exception: they read the version's table rows (tables are small beside
+images; the cost is one memory-mapped pass).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import select
+
+from pipeline.datasets.quality.neardup import NearDupState, _segment_x, _take, components
+from pipeline.datasets.quality.report import (
+    LEAK_LABEL_CONFLICT,
+    LEAK_NEAR_DUPLICATE,
+    Drift,
+    ExactDuplicates,
+    Invalid,
+    LabelConflicts,
+    Leaks,
+    NearDuplicates,
+    QualityReport,
+    capped,
+)
+from pipeline.metadata.datasets import DatasetVersion, VersionInvalid
+
+PATHS_CAP = 20  # paths listed per group
+
+
+def compute_report(
+    state: NearDupState,
+    recipe,
+    samples: list,
+    invalid: list[dict],
+    parent: DatasetVersion | None,
+    session,
+    data_root: Path,
+    processed: dict,
+) -> QualityReport:
+    report = QualityReport()
+    report.samples = len(samples)
+    report.train = sum(1 for s in samples if s.split == "train")
+    report.val = report.samples - report.train
+    report.files = len({s.path for s in samples}) + len({r["path"] for r in invalid})
+    report.invalid = _invalid(invalid, parent, session)
+    by_md5: dict[str, list] = defaultdict(list)
+    for s in samples:
+        if not s.copy:
+            by_md5[s.md5].append(s)
+    report.exact_duplicates = _exact(by_md5)
+    report.label_conflicts, conflict_leaks = _label_conflicts(by_md5, state.kind)
+    report.near_duplicates, near_leaks = _near(state, samples, by_md5, processed)
+    listed = near_leaks + conflict_leaks
+    report.leaks = Leaks(
+        count=len(listed),
+        cross_split_near_duplicates=len(near_leaks),
+        label_conflicts_across_splits=len(conflict_leaks),
+        listed=capped(listed),
+    )
+    report.drift = _drift(recipe, samples, invalid, parent, data_root)
+    return report
+
+
+def _invalid(invalid: list[dict], parent, session) -> Invalid:
+    before: set[tuple] = set()
+    if parent is not None:
+        before = set(
+            session.execute(
+                select(VersionInvalid.path, VersionInvalid.line).where(
+                    VersionInvalid.version_id == parent.version_id
+                )
+            ).all()
+        )
+    new = sum(1 for r in invalid if (r["path"], r.get("line")) not in before)
+    files = [
+        {"path": r["path"], "reason": r["reason"], **({"line": r["line"]} if r.get("line") else {})}
+        for r in invalid
+    ]
+    return Invalid(count=len(invalid), new_since_parent=new, files=capped(files))
+
+
+def _paths(group: list) -> list[str]:
+    return sorted({s.path for s in group})
+
+
+def _exact(by_md5: dict[str, list]) -> ExactDuplicates:
+    groups = [(md5, _paths(g)) for md5, g in by_md5.items() if len(_paths(g)) > 1]
+    groups.sort(key=lambda mg: (-len(mg[1]), mg[0]))
+    return ExactDuplicates(
+        groups=len(groups),
+        samples=sum(len(p) for _, p in groups),
+        listed=capped([{"md5": m, "paths": p[:PATHS_CAP]} for m, p in groups]),
+    )
+
+
+def _label_conflicts(by_md5: dict[str, list], kind: str) -> tuple[LabelConflicts, list[dict]]:
+    listed, leaks = [], []
+    for md5, group in sorted(by_md5.items()):
+        if kind == "table":
+            continue  # a table file's rows carry different labels by design; see _near
+        labels = sorted({s.label for s in group if s.label is not None})
+        if len(labels) < 2:
+            continue
+        splits = sorted({s.split for s in group})
+        entry = {"md5": md5, "paths": _paths(group)[:PATHS_CAP], "labels": labels}
+        listed.append({**entry, "splits": splits})
+        if len(splits) > 1:
+            leaks.append({"kind": LEAK_LABEL_CONFLICT, "paths": entry["paths"], "splits": splits})
+    return LabelConflicts(count=len(listed), listed=capped(listed)), leaks
+
+
+def _near(state: NearDupState, samples, by_md5, processed) -> tuple[NearDuplicates, list[dict]]:
+    out = NearDuplicates(threshold=state.threshold, kind=state.kind, new_samples=state.new_samples)
+    if state.kind == "none":
+        return out, []
+    if state.kind == "image":
+        members = {md5: group for md5, group in by_md5.items()}
+    else:  # a table row's key is md5:<row within its file>
+        members = defaultdict(list)
+        for s in samples:
+            if not s.copy:
+                members[f"{s.md5}:{s.row - processed[s.md5].row}"].append(s)
+    groups, leaks = [], []
+    for keys in components(state.edges, set(by_md5)):
+        group = [s for k in keys for s in members.get(k, ())]
+        if len({k for k in keys if k in members}) < 2:
+            continue
+        splits = sorted({s.split for s in group})
+        entry = {
+            "paths": _paths(group)[:PATHS_CAP],
+            "splits": splits,
+            "size": len(group),
+        }
+        if state.kind == "table":
+            entry["lines"] = sorted({(s.path, s.line) for s in group})[:PATHS_CAP]
+            entry["labels"] = sorted({str(s.label) for s in group if s.label is not None})
+        groups.append(entry)
+        if len(splits) > 1:
+            leaks.append({"kind": LEAK_NEAR_DUPLICATE, "paths": entry["paths"], "splits": splits})
+    groups.sort(key=lambda g: (-g["size"], g["paths"]))
+    out.groups = len(groups)
+    out.samples = sum(g["size"] for g in groups)
+    out.listed = capped(groups)
+    return out, leaks
+
+
+def _class_counts(samples) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {"train": {}, "val": {}}
+    for s in samples:
+        if s.label is not None and not s.copy:
+            c = counts[s.split]
+            c[str(s.label)] = c.get(str(s.label), 0) + 1
+    return counts
+
+
+def _parent_manifest(parent) -> dict:
+    try:
+        return json.loads(parent.manifest) if parent is not None else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _drift(recipe, samples, invalid, parent, data_root: Path) -> Drift:
+    pm = _parent_manifest(parent)
+    drift = Drift(parent=pm.get("tag") if pm else None)
+    before_q = (parent.quality or {}).get("drift", {}) if parent is not None else {}
+    if recipe.task != "regression":
+        now = _class_counts(samples)
+        before = {
+            split: {label: v["count"] for label, v in per.items()}
+            for split, per in (before_q.get("per_split") or {}).items()
+        }
+        if not before and pm:  # a parent without a report: its manifest's class counts
+            per_split = pm.get("counts", {}).get("per_split", {})
+            before = {sp: dict(per_split.get(sp, {}).get("classes", {})) for sp in ("train", "val")}
+        for split in ("train", "val"):
+            labels = sorted(set(now.get(split, {})) | set(before.get(split, {})))
+            drift.per_split[split] = {
+                label: {
+                    "count": now.get(split, {}).get(label, 0),
+                    "change": now.get(split, {}).get(label, 0)
+                    - before.get(split, {}).get(label, 0),
+                }
+                for label in labels
+            }
+        total_now = _totals(now)
+        total_before = _totals(before)
+        if parent is not None:
+            drift.new_classes = sorted(set(total_now) - set(total_before))
+            drift.vanished_classes = sorted(set(total_before) - set(total_now))
+            drift.label_tv_distance = round(_tv(total_now, total_before), 6)
+    if recipe.modality == "table":
+        drift.columns, drift.constant_columns = _columns(
+            recipe, samples, invalid, data_root, before_q.get("columns") or {}
+        )
+    return drift
+
+
+def _totals(counts: dict[str, dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for per in counts.values():
+        for label, n in per.items():
+            out[label] = out.get(label, 0) + n
+    return out
+
+
+def _tv(p: dict[str, int], q: dict[str, int]) -> float:
+    """Total variation distance of two label histograms (0: same shares, 1: disjoint)."""
+    sp, sq = sum(p.values()), sum(q.values())
+    if not sp or not sq:
+        return 0.0 if sp == sq else 1.0
+    return 0.5 * sum(abs(p.get(k, 0) / sp - q.get(k, 0) / sq) for k in set(p) | set(q))
+
+
+_EMPTY = re.compile(r"column '(.+?)' is empty")
+
+
+def _columns(recipe, samples, invalid, data_root: Path, before: dict) -> tuple[dict, list[str]]:
+    """Per feature column: min/max over the version's rows (beside the parent's), constant or
+    not, and the missing rate: a row with an empty feature is left out of the version (an
+    invalid line naming the column), so the rate is those lines over all the lines read."""
+    empty: dict[str, int] = defaultdict(int)
+    for r in invalid:
+        m = _EMPTY.search(r.get("reason") or "")
+        if m:
+            empty[m.group(1)] += 1
+    lines = sum(1 for s in samples if not s.copy) + sum(1 for r in invalid if r.get("line"))
+    names = list(getattr(recipe.table, "feature_columns", None) or [])
+    by_segment: dict[str, list[int]] = defaultdict(list)
+    for s in samples:
+        if not s.copy:
+            by_segment[s.segment_id].append(s.row)
+    parts = [
+        np.asarray(_take(_segment_x(data_root, recipe, seg), np.asarray(rows)), dtype=np.float64)
+        for seg, rows in sorted(by_segment.items())
+    ]
+    if not parts:
+        return {}, []
+    x = np.concatenate([p.reshape(len(p), -1) for p in parts])
+    if len(names) != x.shape[1]:
+        names = [f"col{i}" for i in range(x.shape[1])]
+    out: dict[str, dict] = {}
+    constant: list[str] = []
+    for i, name in enumerate(names):
+        col = x[np.isfinite(x[:, i]), i]
+        lo = float(col.min()) if len(col) else None
+        hi = float(col.max()) if len(col) else None
+        entry = {
+            "missing_rate": round(empty.get(name, 0) / lines, 6) if lines else 0.0,
+            "min": lo,
+            "max": hi,
+            "constant": bool(len(col) and lo == hi),
+            "parent_min": (before.get(name) or {}).get("min"),
+            "parent_max": (before.get(name) or {}).get("max"),
+        }
+        out[name] = entry
+        if entry["constant"]:
+            constant.append(name)
+    return out, constant

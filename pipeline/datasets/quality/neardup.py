@@ -1,0 +1,165 @@
+"""Near-duplicates at commit: hash the NEW samples only, look them up, decide their split.
+
+``prepare`` runs before the commit assembles its samples: it hashes the stored rows of the
+contents the parent version does not hold (images: phash.perceptual_hash; tables: one exact
+hash per normalised row), adds them to the dataset's index (nearindex.py) and gets back every edge
+the index knows. A new image that is a near-duplicate of contents already in the version
+joins their split (``splits``, handed to assemble as known splits); a group of new contents
+only takes the split of its smallest md5. An existing content's split never changes: a new
+sample bridging two groups of different splits joins one of them, and the report names the
+group as a leak. Table rows keep the split process gave them (by row key); their groups are
+reported only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.datasets.quality.nearindex import NearIndex, index_root
+from pipeline.datasets.quality.phash import perceptual_hash, row_hashes
+from pipeline.metadata.datasets import SAMPLE_OK
+
+DEFAULT_DISTANCE = 4  # of 64 bits: conservative, no false group on distinct photos (tests)
+
+
+def near_duplicate_distance(recipe) -> int:
+    """The recipe's ``[quality] near_duplicate_distance``, or the default where the recipe
+    has no such field (the gate's section is optional)."""
+    section = getattr(recipe, "quality", None)
+    value = getattr(section, "near_duplicate_distance", None)
+    return DEFAULT_DISTANCE if value is None else int(value)
+
+
+@dataclass
+class NearDupState:
+    kind: str  # image | table | none
+    threshold: int
+    edges: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), "S32"))
+    new_samples: int = 0  # hashes looked up by this commit
+    splits: dict[str, str] = field(default_factory=dict)  # md5 -> split, for new md5s
+
+
+def kind_of(recipe) -> str:
+    return {"image": "image", "table": "table"}.get(recipe.modality, "none")
+
+
+def prepare(
+    data_root: Path, dataset: str, recipe, files, processed, known_splits: dict[str, str]
+) -> NearDupState:
+    kind = kind_of(recipe)
+    threshold = near_duplicate_distance(recipe) if kind == "image" else 0
+    state = NearDupState(kind, threshold)
+    if kind == "none":
+        return state
+    first_path: dict[str, str] = {}
+    for path, md5, *_ in files:
+        ps = processed.get(md5) if md5 else None
+        if ps is not None and ps.status == SAMPLE_OK and ps.n_rows and md5 not in first_path:
+            if not recipe.is_sidecar(path):
+                first_path[md5] = path
+    new = sorted(m for m in first_path if m not in known_splits)
+    keys, hashes = _hash_new(data_root, recipe, kind, [processed[m] for m in new])
+    state.new_samples = len(keys)
+    index = NearIndex(index_root(data_root, dataset, recipe.recipe_hash, threshold), threshold)
+    state.edges, _ = index.add(keys, hashes)
+    if kind == "image" and new and not recipe.split.group_regex:
+        state.splits = _splits_for_new(state.edges, new, first_path, known_splits, recipe)
+    return state
+
+
+def _hash_new(data_root: Path, recipe, kind: str, new: list) -> tuple[list[str], np.ndarray]:
+    """Keys and hashes of the new contents' stored rows, read one segment at a time."""
+    by_segment: dict[str, list] = {}
+    for ps in new:
+        by_segment.setdefault(ps.segment_id, []).append(ps)
+    keys: list[str] = []
+    parts: list[np.ndarray] = []
+    for segment_id, group in sorted(by_segment.items()):
+        x = _segment_x(data_root, recipe, segment_id)
+        if kind == "image":
+            rows = np.asarray([ps.row for ps in group], dtype=np.int64)
+            hashes, unhashable = perceptual_hash(_take(x, rows))
+            parts.append(hashes[~unhashable])  # flat frames would all collide: left out
+            keys += [ps.md5 for ps, skip in zip(group, unhashable, strict=True) if not skip]
+        else:
+            rows = np.concatenate(
+                [np.arange(ps.row, ps.row + ps.n_rows, dtype=np.int64) for ps in group]
+            )
+            parts.append(row_hashes(_take(x, rows)))
+            keys += [f"{ps.md5}:{k}" for ps in group for k in range(ps.n_rows)]
+    hashes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+    return keys, hashes
+
+
+def _segment_x(data_root: Path, recipe, segment_id: str):
+    from pipeline.datasets.segments import ZARR_NAME, segment_relpath
+
+    folder = Path(data_root) / segment_relpath(recipe.recipe_hash, segment_id)
+    if (folder / "x.npy").is_file():
+        return np.load(folder / "x.npy", mmap_mode="r", allow_pickle=False)
+    import zarr
+
+    return zarr.open_group(str(folder / ZARR_NAME), mode="r")["x"]
+
+
+def _take(x, rows: np.ndarray) -> np.ndarray:
+    order = np.argsort(rows)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    sorted_rows = rows[order]
+    data = x[sorted_rows] if isinstance(x, np.ndarray) else x.oindex[sorted_rows]
+    return np.asarray(data)[inverse]
+
+
+def components(edges: np.ndarray, present: set[str] | None = None) -> list[list[str]]:
+    """Connected groups (sorted, each of >= 2 keys) of the edges whose two keys are present."""
+    parent: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        root = a
+        while parent[root] != root:
+            root = parent[root]
+        while parent[a] != root:  # path compression
+            parent[a], a = root, parent[a]
+        return root
+
+    for a_b, b_b in edges:
+        a, b = a_b.decode(), b_b.decode()
+        if present is not None and (_content(a) not in present or _content(b) not in present):
+            continue
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[str, list[str]] = {}
+    for key in parent:
+        groups.setdefault(find(key), []).append(key)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+
+
+def _content(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+def _splits_for_new(edges, new: list[str], first_path, known_splits, recipe) -> dict[str, str]:
+    new_set = set(new)
+    out: dict[str, str] = {}
+    for group in components(edges, set(first_path)):
+        members = [m for m in group if m in new_set]
+        if not members:
+            continue
+        held = Counter(known_splits[m] for m in group if m in known_splits)
+        if held:
+            # The split most of the group's existing contents are in (ties: train first).
+            split = sorted(held.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+        else:
+            anchor = group[0]
+            split = recipe.split_for(first_path[anchor], anchor)
+        for m in members:
+            out[m] = split
+    return out

@@ -1,0 +1,169 @@
+"""The near-duplicate index of one dataset under one recipe, persisted under DATA_ROOT/quality/.
+
+``DATA_ROOT/quality/<dataset>/<recipe_hash>/d<threshold>/<run>/`` holds immutable runs. A run
+is the keys (an md5, or ``md5:row`` for a table row) and hashes one commit added, the
+near-duplicate edges it found (key pairs), and per band the sorted band keys and their order
+(mih.BandIndex), all ``.npy`` so a lookup memory-maps them and touches O(log n) pages. A run
+folder is named by the sha256 of its content and published by one rename: a crash leaves a
+whole run or none, and a rerun writes the same name.
+
+A commit looks up only its NEW hashes in every run and among themselves, then writes one run:
+its cost is O(changes · log n). Runs are merged two at a time when the newest is at least half
+the size of the one before (a log-structured merge), so there are O(log n) of them.
+Commits of a dataset are serialised by its lock row, which is what makes the merge safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.datasets.quality.mih import BandIndex, band_shifts, query_pairs, self_pairs
+
+FILES = ("keys.npy", "hashes.npy", "edges.npy", "bandkeys.npy", "orders.npy")
+
+
+def index_root(data_root: Path, dataset: str, recipe_hash: str, threshold: int) -> Path:
+    return Path(data_root) / "quality" / dataset / recipe_hash / f"d{threshold}"
+
+
+@dataclass
+class Run:
+    folder: Path
+    keys: np.ndarray  # S-bytes
+    index: BandIndex
+    edges: np.ndarray  # (k, 2) S-bytes
+
+    @classmethod
+    def load(cls, folder: Path, threshold: int) -> Run:
+        def arr(name: str) -> np.ndarray:
+            return np.load(folder / name, mmap_mode="r", allow_pickle=False)
+
+        bandkeys, orders = arr("bandkeys.npy"), arr("orders.npy")
+        index = BandIndex(
+            arr("hashes.npy"), threshold, [bandkeys[b] for b in range(len(bandkeys))], list(orders)
+        )
+        return cls(folder, arr("keys.npy"), index, np.load(folder / "edges.npy"))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def _as_bytes(keys: list[str] | np.ndarray) -> np.ndarray:
+    if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
+        return keys
+    return np.array([k.encode() for k in keys], dtype="S") if len(keys) else np.zeros(0, "S32")
+
+
+class NearIndex:
+    def __init__(self, root: Path, threshold: int) -> None:
+        self.root = Path(root)
+        self.threshold = threshold
+        band_shifts(threshold)  # a bad threshold fails here, naming itself
+
+    def runs(self) -> list[Run]:
+        if not self.root.is_dir():
+            return []
+        runs = [
+            Run.load(p, self.threshold)
+            for p in sorted(self.root.iterdir())
+            if not p.name.startswith(".") and (p / FILES[-1]).is_file()
+        ]
+        return sorted(runs, key=lambda r: (-len(r), r.folder.name))
+
+    def add(self, keys: list[str], hashes: np.ndarray) -> tuple[np.ndarray, int]:
+        """Look the new (key, hash)s up, record them as a run; return every edge the index knows
+        ((k, 2) S-bytes key pairs, old runs' and new) and how many hashes were new to it."""
+        keys_b = _as_bytes(keys)
+        hashes = np.asarray(hashes, dtype=np.uint64)
+        runs = self.runs()
+        known = np.zeros(len(keys_b), dtype=bool)
+        new_edges: list[np.ndarray] = []
+        for run in runs:
+            pairs = query_pairs(hashes, run.index, self.threshold)
+            if not len(pairs):
+                continue
+            a = keys_b[pairs[:, 0]]
+            b = np.asarray(run.keys[pairs[:, 1]])
+            same = a == b
+            known[pairs[same, 0]] = True  # already indexed (a commit that crashed, or went back)
+            new_edges.append(np.stack([a[~same], b[~same]], axis=1))
+        pairs = self_pairs(hashes, self.threshold)
+        if len(pairs):
+            a, b = keys_b[pairs[:, 0]], keys_b[pairs[:, 1]]
+            new_edges.append(np.stack([a[a != b], b[a != b]], axis=1))
+        fresh = ~known
+        edges = _sorted_edges(np.concatenate(new_edges) if new_edges else None)
+        if len(edges):
+            # An edge between two keys indexed before was recorded by the later of them.
+            fresh_keys = keys_b[fresh]
+            keep = np.isin(edges[:, 0], fresh_keys) | np.isin(edges[:, 1], fresh_keys)
+            edges = edges[keep]
+        if fresh.any():
+            self._write(keys_b[fresh], hashes[fresh], edges)
+            self._merge()
+        old = [run.edges for run in runs if len(run.edges)]
+        every = _sorted_edges(np.concatenate([*old, edges]) if old or len(edges) else None)
+        return every, int(fresh.sum())
+
+    def _write(self, keys: np.ndarray, hashes: np.ndarray, edges: np.ndarray) -> Path:
+        order = np.argsort(keys, kind="stable")
+        keys, hashes = keys[order], hashes[order]
+        index = BandIndex.build(hashes, self.threshold)
+        arrays = {
+            "keys.npy": keys,
+            "hashes.npy": hashes,
+            "edges.npy": edges,
+            "bandkeys.npy": np.stack(index.keys) if index.keys else np.zeros((0, 0), np.uint64),
+            "orders.npy": np.stack(index.orders) if index.orders else np.zeros((0, 0), np.int64),
+        }
+        digest = hashlib.sha256()
+        for name in ("keys.npy", "hashes.npy", "edges.npy"):
+            digest.update(name.encode() + np.ascontiguousarray(arrays[name]).tobytes())
+        final = self.root / digest.hexdigest()[:32]
+        if (final / FILES[-1]).is_file():
+            return final
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+        try:
+            for name in FILES:  # orders.npy last: its presence marks a whole run
+                np.save(tmp / name, arrays[name], allow_pickle=False)
+            os.rename(tmp, final)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (final / FILES[-1]).is_file():
+                raise
+        return final
+
+    def _merge(self) -> None:
+        """Merge the two smallest runs while the smaller is at least half the other."""
+        while True:
+            runs = self.runs()
+            if len(runs) < 2 or 2 * len(runs[-1]) < len(runs[-2]):
+                return
+            a, b = runs[-2], runs[-1]
+            keys = np.concatenate([np.asarray(a.keys), np.asarray(b.keys)])
+            hashes = np.concatenate([np.asarray(a.index.hashes), np.asarray(b.index.hashes)])
+            keys, first = np.unique(keys, return_index=True)
+            edges = _sorted_edges(np.concatenate([a.edges, b.edges]))
+            merged = self._write(keys, hashes[first], edges)
+            for run in (a, b):
+                if run.folder != merged:
+                    shutil.rmtree(run.folder, ignore_errors=True)
+
+
+def _sorted_edges(edges: np.ndarray | None) -> np.ndarray:
+    """Edges as unique (smaller, larger) key pairs, sorted; (0, 2) when none."""
+    if edges is None or not len(edges):
+        return np.zeros((0, 2), dtype="S32")
+    swap = edges[:, 0] > edges[:, 1]
+    lo = np.where(swap, edges[:, 1], edges[:, 0])
+    hi = np.where(swap, edges[:, 0], edges[:, 1])
+    return np.unique(np.stack([lo, hi], axis=1), axis=0)
