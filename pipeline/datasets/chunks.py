@@ -35,7 +35,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -113,6 +113,9 @@ class Tree:
     new_leaves: list[tuple[LeafRef, list[dict]]]  # with each leaf's entries, for the store
     new_nodes: list[NodeRef]
     bytes_written: int = 0
+    # (start, stop) of each leaf over the samples written: the commit's diff reads the new
+    # version's own leaves from memory through them.
+    bounds: list[tuple[int, int]] = field(default_factory=list)
 
     def manifest_section(self) -> dict:
         return {
@@ -165,22 +168,37 @@ def leaf_bounds(samples: Sequence[SampleLike]) -> list[tuple[int, int]]:
     folder per sample would otherwise make a leaf per sample."""
     bounds: list[tuple[int, int]] = []
     start = 0
+    while start < len(samples):
+        stop = next_cut(samples, start)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def next_cut(samples: Sequence[SampleLike], start: int) -> int:
+    """Where the leaf that starts at ``start`` ends (its stop), by leaf_bounds' rule."""
     sha = hashlib.sha256
     n = len(samples)
-    folder = top_folder(samples[0].path) if n else ""
-    for i, s in enumerate(samples):
+    folder = top_folder(samples[start].path)
+    for i in range(start, n):
         nxt = top_folder(samples[i + 1].path) if i + 1 < n else folder
         if (
             nxt != folder
-            or _ends(sha(sample_key(s)).hexdigest(), LEAF_TARGET)
+            or _ends(sha(sample_key(samples[i])).hexdigest(), LEAF_TARGET)
             or i + 1 - start >= LEAF_MAX
         ):
-            bounds.append((start, i + 1))
-            start = i + 1
+            return i + 1
         folder = nxt
-    if start < n:
-        bounds.append((start, n))
-    return bounds
+    return n
+
+
+def _cut_at(samples: Sequence[SampleLike], start: int, i: int) -> bool:
+    """Whether sample ``i`` ends the leaf that starts at ``start`` (the rule of next_cut)."""
+    if i + 1 >= len(samples) or i + 1 - start >= LEAF_MAX:
+        return True
+    if top_folder(samples[i + 1].path) != top_folder(samples[i].path):
+        return True
+    return _ends(hashlib.sha256(sample_key(samples[i])).hexdigest(), LEAF_TARGET)
 
 
 def node_groups(leaves: Sequence[LeafRef]) -> list[list[LeafRef]]:
@@ -301,33 +319,68 @@ def _write_once(path: Path, data: bytes) -> int:
     return len(data)
 
 
+def _cuts(
+    samples: Sequence[SampleLike], parent: Sequence[tuple[LeafRef, bytes]] | None
+) -> list[tuple[int, int, str, int, LeafRef | None]]:
+    """(start, stop, hash, size, the parent's leaf when it is one) of each leaf, by
+    leaf_bounds' rule. Walking from a cut, a sample that begins one of the parent's leaves
+    offers that leaf: if the next ``count`` samples format to its very bytes and a cut follows
+    them, it is that leaf (same bytes: same keys, so no cut inside it, as in the parent), and
+    its samples' keys need no hash. Anywhere else the rule runs sample by sample. Either way
+    every cut is the one leaf_bounds makes: the result is byte-identical to chunking from
+    scratch, which tests/datasets/test_chunks_reuse.py checks on random edits."""
+    offered = {key: leaf for leaf, key in parent or ()}
+    out: list[tuple[int, int, str, int, LeafRef | None]] = []
+    n = len(samples)
+    start = 0
+    while start < n:
+        leaf = offered.get(sample_key(samples[start])) if offered else None
+        if leaf is not None and start + leaf.count <= n:
+            stop = start + leaf.count
+            meta = meta_bytes(samples[start:stop])
+            if (
+                len(meta) == leaf.bytes
+                and hashlib.sha256(meta).hexdigest() == leaf.hash
+                and _cut_at(samples, start, stop - 1)
+            ):
+                out.append((start, stop, leaf.hash, leaf.bytes, leaf))
+                start = stop
+                continue
+        stop = next_cut(samples, start)
+        meta = meta_bytes(samples[start:stop])
+        out.append((start, stop, hashlib.sha256(meta).hexdigest(), len(meta), None))
+        start = stop
+    return out
+
+
 def write_tree(
     data_root: Path,
     samples: Sequence[SampleLike],
     *,
     known: Callable[[list[str]], dict[str, str]] | None = None,
+    parent: Sequence[tuple[LeafRef, bytes]] | None = None,
 ) -> Tree:
     """Cut ``samples`` into leaves and nodes and write the chunk files that do not exist yet.
     ``known`` maps leaf hashes to the sha256 of their .idx for the leaves the store already
     holds (their entries are recorded, their .idx need not be rebuilt); the others come back in
-    ``new_leaves`` with their entries. Call under the segments guard (gc must not drop a reused
+    ``new_leaves`` with their entries. ``parent`` (the parent version's leaves, each with the
+    key of its first sample) lets an unchanged run of samples take the parent's leaves without
+    hashing its keys (``_cuts``). Call under the segments guard (gc must not drop a reused
     chunk before the version that references it is recorded)."""
     # Pass 1: the leaves' names. Their bytes are not kept: a million samples make ~200 MB of
     # metadata, and only the new leaves' bytes are needed again (pass 2 formats them again).
-    cuts: list[tuple[int, int, str, int]] = []
-    for start, stop in leaf_bounds(samples):
-        meta = meta_bytes(samples[start:stop])
-        cuts.append((start, stop, hashlib.sha256(meta).hexdigest(), len(meta)))
-    have = known([c[2] for c in cuts]) if known is not None else {}
+    cuts = _cuts(samples, parent)
+    fresh = [c[2] for c in cuts if c[4] is None]
+    have = known(fresh) if known is not None and fresh else {}
     leaves: list[LeafRef] = []
     new_leaves: list[tuple[LeafRef, list[dict]]] = []
     written = 0
     touched_dirs: set[Path] = set()
-    for start, stop, h, size in cuts:
+    for start, stop, h, size, reused in cuts:
         part = samples[start:stop]
         meta_path = chunk_path(data_root, h, META_SUFFIX)
         idx_path = chunk_path(data_root, h, INDEX_SUFFIX)
-        sha_idx = have.get(h)
+        sha_idx = reused.sha256_idx if reused is not None else have.get(h)
         if sha_idx is not None and meta_path.exists() and idx_path.exists():
             leaves.append(LeafRef(h, len(part), size, sha_idx))
             continue
@@ -357,7 +410,8 @@ def write_tree(
         written += n
     for folder in touched_dirs:
         _fsync_dir(folder)
-    return Tree(leaves, nodes, new_leaves, new_nodes, written)
+    bounds = [(c[0], c[1]) for c in cuts]
+    return Tree(leaves, nodes, new_leaves, new_nodes, written, bounds)
 
 
 def _fsync_dir(path: Path) -> None:

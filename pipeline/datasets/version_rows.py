@@ -119,7 +119,7 @@ def first_rows(session: Session, version_id: str) -> PathMap:
     )
 
 
-def _leaf_entries(session: Session, hashes: list[str]) -> dict[str, list[tuple]]:
+def leaf_entries(session: Session, hashes: list[str]) -> dict[str, list[tuple]]:
     """(path, md5, label, split) of each leaf's samples, in leaf order."""
     out: dict[str, list[tuple]] = {h: [] for h in hashes}
     unique = sorted(out)
@@ -140,7 +140,7 @@ def _leaf_entries(session: Session, hashes: list[str]) -> dict[str, list[tuple]]
     return out
 
 
-def _paths_in(session: Session, version_id: str, paths: list[str]) -> PathMap:
+def paths_in(session: Session, version_id: str, paths: list[str]) -> PathMap:
     """The first sample of each of ``paths`` in the version (absent: not in it)."""
     rows: list[tuple] = []
     for i in range(0, len(paths), _BATCH):
@@ -162,7 +162,7 @@ def diff_maps(session: Session, a: str, b: str) -> tuple[PathMap, PathMap]:
     shared = set(la) & set(lb)
     da = [h for h in la if h not in shared]
     db = [h for h in lb if h not in shared]
-    entries = _leaf_entries(session, da + db)
+    entries = leaf_entries(session, da + db)
     edges: set[str] = set()
     maps: list[PathMap] = []
     for leaves in (da, db):
@@ -178,7 +178,7 @@ def diff_maps(session: Session, a: str, b: str) -> tuple[PathMap, PathMap]:
     for version_id, m in ((a, maps[0]), (b, maps[1])):
         for p in exact:
             m.pop(p, None)
-        m.update(_paths_in(session, version_id, exact))
+        m.update(paths_in(session, version_id, exact))
     return maps[0], maps[1]
 
 
@@ -187,7 +187,9 @@ __all__ = [
     "diff_maps",
     "first_rows",
     "is_chunked",
+    "leaf_entries",
     "leaf_hashes",
     "path_diff",
+    "paths_in",
     "sample_rows",
 ]

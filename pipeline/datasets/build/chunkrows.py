@@ -7,11 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from pipeline.datasets.chunks import LeafRef, NodeRef, Tree, read_entries, walk_leaves
+from pipeline.datasets.chunks import (
+    LeafRef,
+    NodeRef,
+    Tree,
+    read_entries,
+    sample_key,
+    walk_leaves,
+)
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import CHUNK_LEAF, CHUNK_NODE, VersionChunk
 from pipeline.metadata.driver import driver_executemany, driver_rows
@@ -53,6 +61,30 @@ def known_leaves(session: Session) -> Callable[[list[str]], dict[str, str]]:
         return {h: sha for h, sha in _stored(session, CHUNK_LEAF, hashes).items() if sha}
 
     return lookup
+
+
+class _Key(NamedTuple):
+    path: str
+    line: int | None
+    copy: int
+
+
+def leaf_keys(session: Session, data_root: Path, manifest: dict) -> list[tuple[LeafRef, bytes]]:
+    """For chunks.write_tree's ``parent``: a chunked version's leaves, each with the key of its
+    first sample (one chunk_entries row per leaf, not per sample)."""
+    leaves = walk_leaves(data_root, manifest["chunks"])
+    first: dict[str, bytes] = {}
+    unique = sorted({leaf.hash for leaf in leaves})
+    for i in range(0, len(unique), _IN_BATCH):
+        part = unique[i : i + _IN_BATCH]
+        for h, path, line, copy in driver_rows(
+            session,
+            f'SELECT chunk_hash, path, line, "copy" FROM chunk_entries WHERE pos = 0 '
+            f"AND chunk_hash IN ({', '.join('?' * len(part))})",
+            tuple(part),
+        ):
+            first[h] = sample_key(_Key(path, line, int(copy or 0)))
+    return [(leaf, first[leaf.hash]) for leaf in leaves if leaf.hash in first]
 
 
 def _entries_from_disk(data_root: Path, leaf: LeafRef) -> list[dict]:

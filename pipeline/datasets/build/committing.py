@@ -15,11 +15,10 @@ from pipeline.datasets import head
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.assemble import (
     _assemble,
-    _diff,
-    _version_paths,
 )
-from pipeline.datasets.build.chunkrows import known_leaves, record_tree
+from pipeline.datasets.build.chunkrows import known_leaves, leaf_keys, record_tree
 from pipeline.datasets.build.contents import _manifest
+from pipeline.datasets.build.parent import Parent
 from pipeline.datasets.build.planning import _current_files
 from pipeline.datasets.build.record import (
     _record_segment,
@@ -126,9 +125,10 @@ def commit(
         take_lock_row(session, DatasetLock, dataset)
         files, processed = _current_files(session, dataset, rh)
         latest = latest_committed(session, dataset)  # the head, not the newest created
-        parent_rows, known_splits = (
-            _version_paths(session, latest.version_id) if latest else ({}, {})
-        )
+        # The parent is read through its chunks: what changed, not a row per sample (parent.py).
+        prior = Parent.of(session, latest)
+        same_recipe = latest is not None and latest.recipe_hash == rh
+        known_splits = prior.splits(session, data_root) if same_recipe else {}
         # Near-duplicates: hash only the contents the parent lacks; a new one joins the split
         # of the existing contents it is a near-duplicate of (pipeline/datasets/quality/).
         near = prepare_near(
@@ -159,7 +159,9 @@ def commit(
             head.move_head(session, dataset, version_id, head.HEAD_RETURNED)
             return replace(_version_of(existing), head_move=head.HEAD_RETURNED)
         parent = latest
-        diff = _diff(parent_rows, samples)
+        # A chunked parent's diff compares leaf lists, once the new tree is cut (below).
+        leafwise = prior.chunked and WRITE_FORMAT != 1
+        diff = None if leafwise else prior.diff_counts(session, samples, None)
         folder = mf.version_dir(data_root, dataset, version_id)
         _clean_staging(folder.parent)
         clean_stale_temps(data_root, rh)
@@ -190,7 +192,12 @@ def commit(
             else:
                 with VersionWriter(folder) as writer:
                     # Chunk files first (only the new ones are written), the manifest last.
-                    tree = writer.chunks(data_root, samples, known_leaves(session))
+                    offered = None
+                    if leafwise and same_recipe:  # another recipe's leaves cannot match
+                        offered = leaf_keys(session, data_root, prior.manifest)
+                    tree = writer.chunks(data_root, samples, known_leaves(session), parent=offered)
+                    if diff is None:
+                        manifest["diff"] = prior.diff_counts(session, samples, tree)
                     writer.add(mf.INVALID, invalid_bytes(invalid))
                     manifest["chunks"] = tree.manifest_section()
                     manifest_sha = writer.publish(manifest)

@@ -16,7 +16,7 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.values import (
     _Sample,
 )
-from pipeline.datasets.chunks import META_SUFFIX, Tree, chunk_relpath, write_tree
+from pipeline.datasets.chunks import META_SUFFIX, LeafRef, Tree, chunk_relpath, write_tree
 from pipeline.datasets.hooks import pause_hook
 
 # What json.dumps does to one string (ensure_ascii), without its per-call checks: this runs
@@ -56,8 +56,9 @@ class VersionWriter:
         data_root: Path,
         samples: Sequence[_Sample],
         known: Callable[[list[str]], dict[str, str]] | None = None,
+        parent: Sequence[tuple[LeafRef, bytes]] | None = None,
     ) -> Tree:
-        tree = write_tree(data_root, samples, known=known)
+        tree = write_tree(data_root, samples, known=known, parent=parent)
         pause_hook("chunks_written")
         parts = "".join(chunk_relpath(leaf.hash, META_SUFFIX) + "\n" for leaf in tree.leaves)
         self.add(mf.PARTS, parts.encode())
