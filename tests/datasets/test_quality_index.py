@@ -1,0 +1,95 @@
+"""The near-duplicate index against brute force, its incremental use, and the report contract."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.datasets.quality.mih import BandIndex, band_shifts, query_pairs, self_pairs
+from pipeline.datasets.quality.nearindex import NearIndex
+from pipeline.datasets.quality.report import QualityReport
+
+
+def _hashes(n: int, seed: int, planted: int = 0, bits: int = 4):
+    """n random hashes with bits biased like photos' (crowded bands), plus ``planted`` copies
+    of random ones with 1..bits bits flipped."""
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0.2, 0.8, 64)
+    b = rng.random((n, 64)) < p
+    h = (b.astype(np.uint64) << np.arange(64, dtype=np.uint64)).sum(axis=1, dtype=np.uint64)
+    src = rng.integers(0, n, planted)
+    flips = np.zeros(planted, dtype=np.uint64)
+    for k in range(planted):
+        for bit in rng.choice(64, int(rng.integers(1, bits + 1)), replace=False):
+            flips[k] |= np.uint64(1) << np.uint64(int(bit))
+    return np.concatenate([h, h[src] ^ flips])
+
+
+def _brute(h: np.ndarray, threshold: int) -> set[tuple[int, int]]:
+    d = np.bitwise_count(h[:, None] ^ h[None, :])
+    i, j = np.nonzero(np.triu(d <= threshold, 1))
+    return set(zip(i.tolist(), j.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("threshold", [0, 2, 4, 7])
+def test_self_pairs_are_exactly_the_pairs_brute_force_finds(threshold):
+    h = _hashes(1500, seed=threshold, planted=200, bits=max(threshold, 1))
+    h = np.concatenate([h, h[:5]])  # exact repeats too
+    got = {tuple(p) for p in self_pairs(h, threshold).tolist()}
+    assert got == _brute(h, threshold) and got
+
+
+def test_query_pairs_are_exactly_the_pairs_brute_force_finds():
+    h = _hashes(2000, seed=1, planted=300)
+    old, new = h[:1800], h[1800:]
+    got = {tuple(p) for p in query_pairs(new, BandIndex.build(old, 4)).tolist()}
+    d = np.bitwise_count(new[:, None] ^ old[None, :])
+    assert got == set(zip(*[a.tolist() for a in np.nonzero(d <= 4)], strict=True)) and got
+
+
+def test_bands_are_one_more_than_the_threshold_so_a_close_pair_shares_one():
+    for t in (0, 4, 9, 32):
+        bands = band_shifts(t)
+        assert len(bands) == max(5, t + 1) and sum(w for _, w in bands) == 64
+    with pytest.raises(ValueError, match="near_duplicate_distance"):
+        band_shifts(33)
+
+
+def test_the_index_fed_in_steps_knows_the_same_edges_as_one_full_pass(tmp_path):
+    h = _hashes(3000, seed=2, planted=400)
+    keys = [f"{i:032x}" for i in range(len(h))]
+    full, _ = NearIndex(tmp_path / "full", 4).add(keys, h)
+    stepped = NearIndex(tmp_path / "steps", 4)
+    cuts = [0, 1000, 2500, 3100, 3300, len(h)]
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        edges, new = stepped.add(keys[a:b], h[a:b])
+        assert new == b - a
+    assert {tuple(e) for e in edges.tolist()} == {tuple(e) for e in full.tolist()}
+    # Runs merge as they go: a handful, not one per step.
+    assert len(stepped.runs()) < len(cuts) - 1
+    assert sum(len(r) for r in stepped.runs()) == len(h)
+    # Adding what the index already holds writes nothing and counts nothing as new.
+    before = sorted(p.name for p in (tmp_path / "steps").iterdir())
+    edges_again, new = stepped.add(keys[:50], h[:50])
+    assert new == 0 and sorted(p.name for p in (tmp_path / "steps").iterdir()) == before
+    assert {tuple(e) for e in edges_again.tolist()} == {tuple(e) for e in full.tolist()}
+
+
+def test_report_round_trips_through_json_and_names_metrics_like_the_rules():
+    report = QualityReport(samples=90, train=70, val=20, files=100)
+    report.invalid.count = 10
+    report.label_conflicts.count = 2
+    report.leaks.cross_split_near_duplicates = 3
+    report.drift.label_tv_distance = 0.125
+    back = QualityReport.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert back == report
+    m = back.metrics()
+    assert m["invalid_fraction"] == pytest.approx(0.1)
+    assert (m["label_conflicts"], m["cross_split_near_duplicates"], m["val_samples"]) == (2, 3, 20)
+    assert m["label_drift"] == 0.125
+    assert "2 label conflicts" in back.summary_line() and "\n" not in back.summary_line()
+    # A report written by another laketrain (unknown keys, missing sections) still reads.
+    assert QualityReport.from_dict({"samples": 1, "future": {}, "invalid": {"count": 1, "x": 0}})
+    assert QualityReport.from_dict(None) == QualityReport()
