@@ -232,6 +232,8 @@ def get_version(store: MetadataStore, ref: str, dataset: str | None = None) -> d
             out["target"] = manifest.get("target") or {}
             out["classes"] = histogram_rows(out["target"])
         else:
+            # Always set: the version page's template is strict about undefined keys.
+            out["task"] = "classification"
             out["classes"] = class_split_counts(s, v.version_id, manifest)
         parent = s.get(DatasetVersion, v.parent_id) if v.parent_id else None
         out["parent"] = {"version_id": parent.version_id, "tag": parent.tag} if parent else None
