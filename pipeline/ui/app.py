@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from pipeline.metadata.store import MetadataStore
 from pipeline.ui import errors, pages
 from pipeline.ui.api import build_router
+from pipeline.ui.quality import build_quality_router
 from pipeline.ui.runs_api import build_runs_router
 from pipeline.ui.runs_pages import add_run_routes
 
@@ -50,6 +51,7 @@ def create_app(
     )
     app.include_router(build_router(get_store), prefix="/api")
     app.include_router(build_runs_router(get_store, editor), prefix="/api")
+    app.include_router(build_quality_router(get_store), prefix="/api")
     # Bad requests, unknown refs and damaged data: JSON under /api, an error page elsewhere.
     errors.install(app)
 

@@ -105,8 +105,11 @@ def add_routes(app: FastAPI, get_store: Callable[[], MetadataStore]) -> None:
 
     @app.get("/versions/{ref}", response_class=HTMLResponse, include_in_schema=False)
     def version(request: Request, ref: VersionRef, dataset: DatasetQuery = None) -> HTMLResponse:
+        from pipeline.ui.quality import quality_section
+
         v = data.get_version(get_store(), ref, dataset)
-        return render(request, "version.html", v=v, chart=bar_chart(v["classes"]))
+        q = quality_section(get_store(), v["version_id"])  # the Quality section (_quality.html)
+        return render(request, "version.html", v=v, chart=bar_chart(v["classes"]), q=q)
 
     @app.get("/diff", response_class=HTMLResponse, include_in_schema=False)
     def diff(
