@@ -66,14 +66,19 @@ def nice_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
-    """Decades covering [lo, hi] (both > 0); 1-2-5 inside when the range is under two decades."""
+    """Decades bracketing [lo, hi] (both > 0); 1-2-5 steps when it spans at most two decades."""
     if lo <= 0 or hi <= 0:
         raise ValueError(f"a log axis needs values > 0, got {lo!r}..{hi!r}")
     a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
     if b == a:
         b += 1
     mults = (1, 2, 5) if b - a <= 2 else (1,)
-    return [m * 10.0**e for e in range(a, b + 1) for m in mults if m * 10.0**e <= 10.0**b]
+    every = [m * 10.0**e for e in range(a, b + 1) for m in mults if m * 10.0**e <= 10.0**b]
+    # Only the ticks that bracket the data: a loss between 1.1 and 2.4 gets 1-2-5, not 1-10
+    # with the curve squashed into the lower third.
+    start = max(i for i, t in enumerate(every) if t <= lo * (1 + 1e-9))
+    end = min(i for i, t in enumerate(every) if t >= hi * (1 - 1e-9))
+    return [float(f"{t:.12g}") for t in every[start : end + 1]]
 
 
 def fmt_tick(v: float) -> str:
