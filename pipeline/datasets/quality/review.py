@@ -16,6 +16,8 @@ DAG refuses it even when pinned, and ``lake_ingest`` fires no dataset event for 
   must name what the lake holds.
 - ``reject`` (a person, with a reason): the version stays quarantined; the lake must change
   (or someone approve it later: the newest decision stands).
+- ``superseded`` (the gate): a later build found the head's content again (the lake went
+  back), so the held version is no longer the lake's content.
 """
 
 from __future__ import annotations
