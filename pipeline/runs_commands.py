@@ -29,6 +29,20 @@ def _resolve(ref: str) -> str:
         raise AssertionError("unreachable") from None
 
 
+def _table(table: Any) -> None:
+    """A table whole: on a terminal at its width; to a file or a pipe wide enough that names
+    and URLs are never folded (they are grepped and copied)."""
+    console = _cli().console
+    if console.is_terminal:
+        console.print(table, markup=False)
+        return
+    saved, console.width = console.width, 250
+    try:
+        console.print(table, markup=False)
+    finally:
+        console.width = saved
+
+
 def _num(value: Any) -> str:
     if value is None:
         return "-"
@@ -85,7 +99,7 @@ def runs_cmd(
             (r["started_at"] or "")[:19],
             r["run_id"],
         )
-    cli.console.print(table, markup=False)
+    _table(table)
 
 
 def run_cmd(
@@ -138,7 +152,7 @@ def run_cmd(
     params.add_column("value", overflow="fold")
     for k, v in sorted(row["params"].items()):
         params.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
-    c.print(params, markup=False)
+    _table(params)
     attempts = Table(title=f"{len(row['attempt_log'])} attempt(s)")
     for col in ("n", "status", "launcher", "started", "ended", "exit code", "error"):
         attempts.add_column(col, overflow="fold")
@@ -152,19 +166,15 @@ def run_cmd(
             _num(a["exit_code"]),
             a["error"] or "",
         )
-    c.print(attempts, markup=False)
-    ckpts = Table(title=f"{len(row['checkpoints'])} checkpoint(s)")
-    for col in ("step", "epoch", "metric", "best", "url"):
-        ckpts.add_column(col, overflow="fold")
+    _table(attempts)
+    # Lines, not a table: a URL must come out whole (a table folds it at the width).
+    p(f"{len(row['checkpoints'])} checkpoint(s):")
     for k in row["checkpoints"]:
-        ckpts.add_row(
-            str(k["step"]),
-            _num(k["epoch"]),
-            _num(k["metric"]),
-            "best" if k["is_best"] else "",
-            k["url"] + (" (deleted)" if k["deleted_at"] else ""),
+        best = " best" if k["is_best"] else ""
+        gone = " (deleted by retention)" if k["deleted_at"] else ""
+        p(
+            f"  step {k['step']} epoch {_num(k['epoch'])} metric {_num(k['metric'])}{best}  {k['url']}{gone}"
         )
-    c.print(ckpts, markup=False)
     m = row["metrics"]
     if m["epochs"]:
         epochs = Table(title=f"per-epoch metrics ({m['source']})")
@@ -172,7 +182,7 @@ def run_cmd(
             epochs.add_column(col, justify="right")
         for rec in m["epochs"]:
             epochs.add_row(*(_num(rec.get(col)) for col in m["columns"]))
-        c.print(epochs, markup=False)
+        _table(epochs)
     elif m["error"]:
         p(f"metrics: {m['error']}")
     for f in m["diagnosis"]:
@@ -208,7 +218,7 @@ def compare_cmd(
             table.add_column(col, overflow="fold")
         for r in rows:
             table.add_row(r.get("name") or r.get("label"), _num(r["a"]), _num(r["b"]))
-        c.print(table, markup=False)
+        _table(table)
 
     side_by_side(f"params that differ ({len(d['params'])})", d["params"])
     side_by_side("metrics", d["metrics"])
@@ -259,7 +269,7 @@ def models_cmd(
             r["checkpoint_url"],
             r["run_id"],
         )
-    cli.console.print(table, markup=False)
+    _table(table)
 
 
 def promote_cmd(

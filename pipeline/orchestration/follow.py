@@ -71,6 +71,17 @@ def run_result_line(
     return f"      run {run_id}: {status}: {one_line(why)}"
 
 
+def run_page_line(row: Mapping[str, Any] | None, base_url: str = "") -> str | None:
+    """The run's readable name and the address of its page (the UI's run page under the
+    api-server), or None for a run that was never recorded."""
+    if not row:
+        return None
+    from pipeline.runs.names import run_page_url
+
+    name = row.get("name") or row["run_id"]
+    return f"      {name}: {run_page_url(row['run_id'], base_url)}"
+
+
 def new_versions(
     rows: Iterable[Mapping[str, Any]], seen: set[str], since: datetime | None = None
 ) -> list[Mapping[str, Any]]:
@@ -203,3 +214,6 @@ class Follower:
             except Exception:  # the API restarting: the line still says "failed"
                 failure = None
         self.log(run_result_line(run_id, row, failure, dag_state=run.get("state") or "failed"))
+        page = run_page_line(row, getattr(self.api, "base", "") or "")
+        if page:
+            self.log(page)

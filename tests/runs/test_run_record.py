@@ -160,3 +160,17 @@ def test_the_code_version_of_this_checkout_is_its_git_commit() -> None:
 
     lock = (repro.code_root() / "requirements.lock").read_bytes()
     assert repro.lock_sha256() == hashlib.sha256(lock).hexdigest()
+
+
+def test_make_runs_follow_along_prints_the_run_name_and_its_page(store) -> None:
+    from pipeline.orchestration import follow
+
+    row = runs.record_run_started(
+        "asset_triggered__2026-12-01T07:22:34.088447+00:00_hXsUOZOp", "digits", V1, {}, store=store
+    )
+    line = follow.run_page_line(runs.get_run(row["run_id"], store), "http://127.0.0.1:8080/")
+    assert line == (
+        f"      digits-{V1[:8]}-1: http://127.0.0.1:8080/laketrain/runs/"
+        "asset_triggered__2026-12-01T07%3A22%3A34.088447%2B00%3A00_hXsUOZOp"
+    )
+    assert follow.run_page_line(None) is None
