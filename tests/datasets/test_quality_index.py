@@ -49,10 +49,10 @@ def test_query_pairs_are_exactly_the_pairs_brute_force_finds():
     assert got == set(zip(*[a.tolist() for a in np.nonzero(d <= 4)], strict=True)) and got
 
 
-def test_bands_are_one_more_than_the_threshold_so_a_close_pair_shares_one():
+def test_bands_are_two_more_than_the_threshold_so_a_close_pair_shares_two():
     for t in (0, 4, 9, 32):
         bands = band_shifts(t)
-        assert len(bands) == max(5, t + 1) and sum(w for _, w in bands) == 64
+        assert len(bands) == t + 2 and sum(w for _, w in bands) == 64
     with pytest.raises(ValueError, match="near_duplicate_distance"):
         band_shifts(33)
 

@@ -1,9 +1,12 @@
 """Multi-index hashing over 64-bit hashes: every pair within a Hamming distance, never all pairs.
 
-The 64 bits are cut into ``threshold + 1`` bands (at least 5). Two hashes within ``threshold``
-bits differ in at most ``threshold`` bands, so by pigeonhole they agree exactly on one band at
-least: candidates are the hashes sharing a band value, verified by their full distance. With
-13-bit bands a random hash meets ~N/8192 candidates per band, instead of N.
+The 64 bits are cut into ``threshold + 2`` bands. Two hashes within ``threshold`` bits differ in
+at most ``threshold`` bands, so by pigeonhole they agree exactly on TWO bands at least: the
+lookup keys are the pairs of bands (C(threshold + 2, 2) keys of ~21 bits at the default 4),
+candidates are the hashes sharing one key, verified by their full distance. Two bands per key
+rather than one band of 12-13 bits: real perceptual hashes have skewed bits, which crowd a
+narrow band (measured at 1M hashes: ~750M candidate pairs and 38 s with 5 single bands, 10 s
+with the 15 pairs of 6 bands).
 
 ``self_pairs`` finds the pairs inside one set (a first build), ``query_pairs`` the pairs
 between new hashes and an indexed set (each later build). Both are numpy throughout.
@@ -12,17 +15,16 @@ between new hashes and an indexed set (each later build). Both are numpy through
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
-MIN_BANDS = 5
-
 
 def band_shifts(threshold: int) -> list[tuple[int, int]]:
-    """(shift, width) of each band: threshold + 1 bands (at least MIN_BANDS) over 64 bits."""
+    """(shift, width) of each band: threshold + 2 bands over 64 bits."""
     if not 0 <= threshold <= 32:
         raise ValueError(f"near_duplicate_distance must be in 0..32 bits, got {threshold}")
-    m = max(MIN_BANDS, threshold + 1)
+    m = threshold + 2
     widths = [64 // m + (1 if i < 64 % m else 0) for i in range(m)]
     out, shift = [], 0
     for w in widths:
@@ -31,8 +33,18 @@ def band_shifts(threshold: int) -> list[tuple[int, int]]:
     return out
 
 
-def band_keys(hashes: np.ndarray, shift: int, width: int) -> np.ndarray:
-    return (hashes >> np.uint64(shift)) & np.uint64((1 << width) - 1)
+def key_parts(threshold: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The lookup keys: every pair of two bands."""
+    return list(combinations(band_shifts(threshold), 2))
+
+
+def band_keys(hashes: np.ndarray, parts) -> np.ndarray:
+    """The key of two bands, (band 1 << width 2) | band 2; uint32 when it fits."""
+    (s1, w1), (s2, w2) = parts
+    one = (hashes >> np.uint64(s1)) & np.uint64((1 << w1) - 1)
+    two = (hashes >> np.uint64(s2)) & np.uint64((1 << w2) - 1)
+    key = (one << np.uint64(w2)) | two
+    return key.astype(np.uint32) if w1 + w2 <= 32 else key
 
 
 def _popcount(a: np.ndarray) -> np.ndarray:
@@ -54,8 +66,8 @@ def self_pairs(hashes: np.ndarray, threshold: int) -> np.ndarray:
     n = len(hashes)
     out_i: list[np.ndarray] = []
     out_j: list[np.ndarray] = []
-    for shift, width in band_shifts(threshold):
-        keys = band_keys(hashes, shift, width)
+    for parts in key_parts(threshold):
+        keys = band_keys(hashes, parts)
         order = np.argsort(keys, kind="stable")
         sk = keys[order]
         sh = hashes[order]
@@ -79,7 +91,7 @@ def self_pairs(hashes: np.ndarray, threshold: int) -> np.ndarray:
 
 @dataclass
 class BandIndex:
-    """An indexed hash set: per band, the band keys sorted and the order that sorts them."""
+    """An indexed hash set: per key (pair of bands), the keys sorted and the order sorting them."""
 
     hashes: np.ndarray
     threshold: int
@@ -90,9 +102,11 @@ class BandIndex:
     def build(cls, hashes: np.ndarray, threshold: int) -> BandIndex:
         hashes = np.asarray(hashes, dtype=np.uint64)
         keys, orders = [], []
-        for shift, width in band_shifts(threshold):
-            k = band_keys(hashes, shift, width)
-            order = np.argsort(k, kind="stable")
+        # int32 positions: half the bytes on disk, and the index holds fewer than 2**31.
+        kind = np.int32 if len(hashes) < 2**31 else np.int64
+        for parts in key_parts(threshold):
+            k = band_keys(hashes, parts)
+            order = np.argsort(k, kind="stable").astype(kind)
             keys.append(k[order])
             orders.append(order)
         return cls(hashes, threshold, keys, orders)
@@ -110,10 +124,8 @@ def query_pairs(queries: np.ndarray, index: BandIndex, threshold: int | None = N
     n = len(index.hashes)
     if n == 0 or len(queries) == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    for (shift, width), sk, order in zip(
-        band_shifts(index.threshold), index.keys, index.orders, strict=True
-    ):
-        qk = band_keys(queries, shift, width)
+    for parts, sk, order in zip(key_parts(index.threshold), index.keys, index.orders, strict=True):
+        qk = band_keys(queries, parts)
         lo = np.searchsorted(sk, qk, side="left")
         hi = np.searchsorted(sk, qk, side="right")
         counts = hi - lo

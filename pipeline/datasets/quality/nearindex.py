@@ -2,7 +2,7 @@
 
 ``DATA_ROOT/quality/<dataset>/<recipe_hash>/d<threshold>/<run>/`` holds immutable runs. A run
 is the keys (an md5, or ``md5:row`` for a table row) and hashes one commit added, the
-near-duplicate edges it found (key pairs), and per band the sorted band keys and their order
+near-duplicate edges it found (key pairs), and per lookup key the sorted keys and their order
 (mih.BandIndex), all ``.npy`` so a lookup memory-maps them and touches O(log n) pages. A run
 folder is named by the sha256 of its content and published by one rename: a crash leaves a
 whole run or none, and a rerun writes the same name.
