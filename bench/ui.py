@@ -1,6 +1,14 @@
-"""Datasets page / JSON API benchmark: 100 versions of 100,000 samples each (10 M sample rows).
+"""Datasets page / JSON API benchmark: 100 versions of 100,000 samples each (10 M samples).
 
-The store is filled directly with bulk inserts of synthetic rows shaped like real builds:
+Two stores of the same versions, side by side: ``chunked`` (how versions are recorded now:
+content-addressed leaves, ``chunks`` / ``chunk_entries`` rows for each distinct leaf and a
+``version_chunks`` row per leaf per version; written with pipeline.datasets.chunks and
+recorded with the commit's own chunkrows.record_tree, the parent's leaves offered as a commit
+offers them) and ``rows`` (the layout before chunks: a ``version_samples`` row per sample per
+version, 10 M rows). Reported: each store's size (target: chunked <= 10 % of rows) and every
+page on both (target: no worse on chunked).
+
+The rows store is filled directly with bulk inserts of synthetic rows shaped like real builds:
 each version keeps the previous one's paths but drops 1,000, adds 1,000 and rewrites 100 (so
 consecutive versions differ like real ones), has 3 training runs, and a manifest with its
 per-split class counts. Then each endpoint of the app (FastAPI TestClient, auth stubbed: auth
@@ -10,7 +18,8 @@ lookup, no ORM, no JSON, no HTML). The ratio is endpoint / baseline.
 
 Also counted: SQL statements per request (must not grow with the page size: no N+1).
 
-    python bench/ui.py                       # the full size on SQLite (a few minutes)
+    python bench/ui.py                       # both layouts, the full size on SQLite (minutes)
+    python bench/ui.py --layout chunked      # the chunked store only
     python bench/ui.py --backend postgresql  # the same on the local PostgreSQL
     python bench/ui.py --versions 10 --samples 20000 --no-write   # quick
 """
@@ -87,9 +96,74 @@ def bulk_insert_samples(raw, dialect: str, rows: list[tuple]) -> None:
     cur.close()
 
 
-def populate(store, versions: int, samples: int) -> list[str]:
-    """Bulk-insert the synthetic versions, their samples and runs (one commit per version);
-    return the version ids, oldest first."""
+class _Sample:
+    """What chunks.write_tree reads of a sample (chunks.SampleLike)."""
+
+    __slots__ = (
+        "path", "md5", "label", "split", "segment_id", "row", "size", "mtime_ns", "duplicate",
+        "line", "copy",
+    )  # fmt: skip
+
+    def __init__(self, idx: int, path: str, md5: str, label: str, split: str) -> None:
+        self.path, self.md5, self.label, self.split = path, md5, label, split
+        self.segment_id, self.row, self.size, self.mtime_ns = "s" * 64, idx, 100, 1
+        self.duplicate, self.line, self.copy = False, None, 0
+
+
+def record_chunked(store, data_root: Path, vid: str, rows: list[tuple], prev, manifest: dict):
+    """Record one version the way a commit does: its chunk tree written under ``data_root``
+    (the parent's leaves offered), the new leaves' entries and the version's leaf list.
+    Returns (tree, samples) for the next version to lean on."""
+    from pipeline.datasets import chunks
+    from pipeline.datasets.build.chunkrows import known_leaves, record_tree
+    from pipeline.metadata.datasets import DatasetVersion
+
+    # Version order is lake path order (sample_rows numbers the files, not the paths).
+    samples = [_Sample(r[1], r[2], r[3], r[4], r[5]) for r in sorted(rows, key=lambda r: r[2])]
+    offered = None
+    if prev is not None:
+        tree, old = prev
+        offered = [
+            (leaf, chunks.sample_key(old[start]))
+            for leaf, (start, _stop) in zip(tree.leaves, tree.bounds, strict=True)
+        ]
+    with store.session() as session:
+        tree = chunks.write_tree(data_root, samples, known=known_leaves(session), parent=offered)
+        manifest = {**manifest, "format_version": 2, "chunks": tree.manifest_section()}
+        session.add(DatasetVersion(**_version_row(vid, manifest)))
+        session.flush()
+        record_tree(session, vid, data_root, manifest, tree)
+    return tree, samples
+
+
+def _version_row(vid: str, manifest: dict) -> dict:
+    k, samples, counts = manifest["k"], manifest["counts"]["samples"], manifest["counts"]
+    return {
+        "version_id": vid,
+        "dataset": "bench",
+        "tag": f"bench_v20260101_{vid[:8]}",
+        "parent_id": manifest["parent"],
+        "recipe_hash": "r" * 64,
+        "format": "npy",
+        "status": "committed",
+        "samples": samples,
+        "train": counts["train"],
+        "val": counts["val"],
+        "files": samples,
+        "invalid": 0,
+        "added": CHURN if k else samples,
+        "removed": CHURN if k else 0,
+        "changed": REWRITE if k else 0,
+        "path": f"datasets/bench/{vid}",
+        "manifest_sha256": "0" * 64,
+        "manifest": json.dumps(manifest),
+        "created_at": datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=k),
+    }
+
+
+def populate(store, versions: int, samples: int, layout: str = "rows") -> list[str]:
+    """Bulk-insert the synthetic versions, their samples (``layout``: a row per sample, or
+    chunked) and runs (one commit per version); return the version ids, oldest first."""
     from sqlalchemy import insert, text
 
     from pipeline.metadata.datasets import DatasetVersion
@@ -104,12 +178,14 @@ def populate(store, versions: int, samples: int) -> list[str]:
             cur = raw.cursor()
             cur.execute("PRAGMA cache_size=-1000000")  # 1 GB: the md5 index is random inserts
             cur.close()
+        prev = None
         for k in range(versions):
             vid = hashlib.sha256(f"bench-{k}-{samples}".encode()).hexdigest()
             ids.append(vid)
             rows, per_split = sample_rows(k, samples, vid, gens)
-            bulk_insert_samples(raw, store.dialect, rows)
-            raw.commit()
+            if layout == "rows":
+                bulk_insert_samples(raw, store.dialect, rows)
+                raw.commit()
             counts = {
                 "samples": samples,
                 "train": sum(per_split["train"].values()),
@@ -123,38 +199,18 @@ def populate(store, versions: int, samples: int) -> list[str]:
             manifest = {
                 "format_version": 1,
                 "id": vid,
+                "k": k,
+                "parent": ids[k - 1] if k else None,
                 "modality": "image",
                 "format": "npy",
                 "classes": [f"c{c}" for c in range(CLASSES)],
                 "counts": counts,
             }
+            if layout == "chunked":
+                prev = record_chunked(store, WORK / "data", vid, rows, prev, manifest)
             with store.engine.begin() as conn:
-                conn.execute(
-                    insert(DatasetVersion),
-                    [
-                        {
-                            "version_id": vid,
-                            "dataset": "bench",
-                            "tag": f"bench_v20260101_{vid[:8]}",
-                            "parent_id": ids[k - 1] if k else None,
-                            "recipe_hash": "r" * 64,
-                            "format": "npy",
-                            "status": "committed",
-                            "samples": samples,
-                            "train": counts["train"],
-                            "val": counts["val"],
-                            "files": samples,
-                            "invalid": 0,
-                            "added": CHURN if k else samples,
-                            "removed": CHURN if k else 0,
-                            "changed": REWRITE if k else 0,
-                            "path": f"datasets/bench/{vid}",
-                            "manifest_sha256": "0" * 64,
-                            "manifest": json.dumps(manifest),
-                            "created_at": t0 + timedelta(minutes=k),
-                        }
-                    ],
-                )
+                if layout == "rows":
+                    conn.execute(insert(DatasetVersion), [_version_row(vid, manifest)])
                 conn.execute(
                     insert(TrainingRun),
                     [
@@ -194,7 +250,19 @@ def median_ms(fn, repeat: int) -> float:
     return statistics.median(times) * 1000
 
 
-def run(backend: str, versions: int, samples: int, repeat: int) -> tuple[list[tuple], dict]:
+def store_bytes(store) -> int:
+    from sqlalchemy import text
+
+    with store.engine.connect() as conn:
+        if store.dialect == "postgresql":
+            return int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar())
+        pages = conn.execute(text("PRAGMA page_count")).scalar()
+        return int(pages * conn.execute(text("PRAGMA page_size")).scalar())
+
+
+def run(
+    backend: str, versions: int, samples: int, repeat: int, layout: str = "rows"
+) -> tuple[list[tuple], dict]:
     from fastapi.testclient import TestClient
     from sqlalchemy import event, text
 
@@ -203,9 +271,9 @@ def run(backend: str, versions: int, samples: int, repeat: int) -> tuple[list[tu
 
     pg_db = None
     if backend == "sqlite":
-        shutil.rmtree(WORK, ignore_errors=True)
-        WORK.mkdir(parents=True)
-        url = f"sqlite:///{WORK / 'metadata.db'}"
+        WORK.mkdir(parents=True, exist_ok=True)
+        (WORK / f"{layout}.db").unlink(missing_ok=True)
+        url = f"sqlite:///{WORK / f'{layout}.db'}"
     else:
         import psycopg
 
@@ -216,8 +284,11 @@ def run(backend: str, versions: int, samples: int, repeat: int) -> tuple[list[tu
     store = MetadataStore(url)
     try:
         t = time.perf_counter()
-        ids = populate(store, versions, samples)
+        shutil.rmtree(WORK / "data", ignore_errors=True)
+        ids = populate(store, versions, samples, layout)
         fill_s = time.perf_counter() - t
+        size = store_bytes(store)
+        chunk_files = sum(p.stat().st_size for p in (WORK / "data").rglob("*") if p.is_file())
         client = TestClient(create_app(lambda: None, get_store=lambda: store))
         statements = {"n": 0}
         event.listen(
@@ -314,10 +385,11 @@ def run(backend: str, versions: int, samples: int, repeat: int) -> tuple[list[tu
             project()
             n_sql = statements["n"]
             p = median_ms(project, repeat)
-            b = median_ms(baseline, repeat)
-            results.append((name, p, b, p / b if b else float("nan"), n_sql))
+            # The bare SQL reads version_samples: a baseline of the rows layout only.
+            b = median_ms(baseline, repeat) if layout == "rows" else float("nan")
+            results.append((name, p, b, p / b if b == b and b else float("nan"), n_sql))
             print(
-                f"  {backend:10} {name:38} {p:9.1f} ms  baseline {b:8.1f} ms  x{p / b:6.1f}  sql={n_sql}",
+                f"  {backend:10} {layout:8} {name:38} {p:9.1f} ms  baseline {b:8.1f} ms  sql={n_sql}",
                 flush=True,
             )
         # The store engineer's diff (whole path lists into Python) for comparison.
@@ -328,7 +400,14 @@ def run(backend: str, versions: int, samples: int, repeat: int) -> tuple[list[tu
         reps = max(1, repeat // 2)
         q = median_ms(lambda: queries.diff_versions(first, last, store=store, limit=100), reps)
         ours = median_ms(lambda: data.diff_versions(store, first, last), reps)
-        extra = {"fill_s": fill_s, "queries_diff_ms": q, "ui_diff_ms": ours, "floor_ms": floor}
+        extra = {
+            "fill_s": fill_s,
+            "queries_diff_ms": q,
+            "ui_diff_ms": ours,
+            "floor_ms": floor,
+            "store_bytes": size,
+            "chunk_file_bytes": chunk_files,
+        }
         print(
             f"  {backend:10} populate {versions}x{samples}: {fill_s:.1f} s; in-process diff first vs last: "
             f"pipeline.ui.data {ours:.1f} ms, queries.diff_versions (python merge) {q:.1f} ms"
@@ -349,31 +428,68 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="sqlite")
+    ap.add_argument("--layout", choices=["rows", "chunked", "both"], default="both")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
     if args.versions < 3 or args.samples <= CHURN:
         ap.error(f"--versions must be >= 3 and --samples > {CHURN}")
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
+    layouts = ["rows", "chunked"] if args.layout == "both" else [args.layout]
     lines = [
-        f"{args.versions} versions × {args.samples:,} samples ({args.versions * args.samples:,} sample rows), "
-        f"3 runs per version; median of {args.repeat}. Baseline: the bare SQL of the same lookup "
-        "(rows of the page / the anti-join count / the indexed md5 or path lookup). "
+        f"{args.versions} versions × {args.samples:,} samples ({args.versions * args.samples:,} samples "
+        f"in all), 3 runs per version; median of {args.repeat}. The same versions in two stores: "
+        "`rows` (a `version_samples` row per sample per version, the layout before chunks) and "
+        "`chunked` (how a commit records versions now). Baseline of the rows store: the bare SQL "
+        "of the same lookup (rows of the page / the anti-join count / the indexed md5 or path "
+        "lookup); of the chunked store: the same request on the rows store (target: no worse). "
         "`sql` = statements per request (constant in the page size: no N+1).",
         "",
-        "| backend | request | ms | baseline ms | ratio | sql |",
-        "|---|---|---:|---:|---:|---:|",
+        "| backend | request | rows ms | bare SQL ms | chunked ms | **chunked / rows** | sql (chunked) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     notes = []
+    sizes = []
     for backend in backends:
-        results, extra = run(backend, args.versions, args.samples, args.repeat)
-        for name, p, b, ratio, n_sql in results:
-            lines.append(f"| {backend} | {name} | {p:.1f} | {b:.1f} | {ratio:.1f} | {n_sql} |")
-        notes.append(
-            f"- {backend}: populate {extra['fill_s']:.0f} s; a request that reads nothing (the stylesheet) "
-            f"costs {extra['floor_ms']:.1f} ms through the same app and client; in-process (no HTTP), first vs last: "
-            f"`pipeline.ui.data.diff_versions` {extra['ui_diff_ms']:.0f} ms, the datasets' "
-            f"`queries.diff_versions` (both path lists merged in Python) {extra['queries_diff_ms']:.0f} ms."
-        )
+        got = {lay: run(backend, args.versions, args.samples, args.repeat, lay) for lay in layouts}
+        rows_r = {r[0]: r for r in got["rows"][0]} if "rows" in got else {}
+        chunk_r = {r[0]: r for r in got["chunked"][0]} if "chunked" in got else {}
+        for name in rows_r or chunk_r:
+            a = rows_r.get(name)
+            c = chunk_r.get(name)
+            ratio = f"**{c[1] / a[1]:.2f}x**" if a and c else "-"
+            lines.append(
+                f"| {backend} | {name} | {a[1] if a else float('nan'):.1f} | "
+                f"{a[2] if a else float('nan'):.1f} | {c[1] if c else float('nan'):.1f} | "
+                f"{ratio} | {(c or a)[4]} |"
+            )
+        for lay, (_, extra) in got.items():
+            notes.append(
+                f"- {backend}, {lay}: populate {extra['fill_s']:.0f} s; store "
+                f"{extra['store_bytes'] / 1e6:,.0f} MB"
+                + (
+                    f" (+ {extra['chunk_file_bytes'] / 1e6:,.0f} MB of chunk files under DATA_ROOT)"
+                    if lay == "chunked"
+                    else ""
+                )
+                + f"; a request that reads nothing (the stylesheet) costs {extra['floor_ms']:.1f} ms "
+                f"through the same app and client; in-process (no HTTP), first vs last: "
+                f"`pipeline.ui.data.diff_versions` {extra['ui_diff_ms']:.0f} ms, "
+                f"`queries.diff_versions` {extra['queries_diff_ms']:.0f} ms."
+            )
+        if len(got) == 2:
+            r_b, c_b = got["rows"][1]["store_bytes"], got["chunked"][1]["store_bytes"]
+            sizes.append(
+                f"| {backend} | {r_b / 1e6:,.0f} MB | {c_b / 1e6:,.0f} MB | **{c_b / r_b * 100:.1f} %** "
+                f"{'MET' if c_b <= 0.1 * r_b else 'MISSED'} |"
+            )
+    if sizes:
+        lines = [
+            "| backend | store, rows layout | store, chunked | **chunked / rows** (target <= 10 %) |",
+            "|---|---:|---:|---:|",
+            *sizes,
+            "",
+            *lines,
+        ]
     body = "\n".join(lines + [""] + notes)
     print(body)
     if not args.no_write:
