@@ -93,3 +93,16 @@ def test_report_round_trips_through_json_and_names_metrics_like_the_rules():
     # A report written by another laketrain (unknown keys, missing sections) still reads.
     assert QualityReport.from_dict({"samples": 1, "future": {}, "invalid": {"count": 1, "x": 0}})
     assert QualityReport.from_dict(None) == QualityReport()
+
+
+def test_a_killed_writers_temp_folder_is_removed_and_never_read_as_a_run(tmp_path):
+    h = _hashes(200, seed=3)
+    keys = [f"{i:032x}" for i in range(len(h))]
+    index = NearIndex(tmp_path, 4)
+    index.add(keys[:100], h[:100])
+    dead = tmp_path / ".tmp-12345-deadbeef"
+    dead.mkdir()
+    (dead / "keys.npy").write_bytes(b"half a file")
+    assert sum(len(r) for r in index.runs()) == 100  # a temp folder is no run
+    _, new = index.add(keys[100:], h[100:])
+    assert new == 100 and not dead.exists()

@@ -82,6 +82,7 @@ class NearIndex:
         ((k, 2) S-bytes key pairs, old runs' and new) and how many hashes were new to it."""
         keys_b = _as_bytes(keys)
         hashes = np.asarray(hashes, dtype=np.uint64)
+        self._clean_temps()
         runs = self.runs()
         known = np.zeros(len(keys_b), dtype=bool)
         new_edges: list[np.ndarray] = []
@@ -111,6 +112,13 @@ class NearIndex:
         old = [run.edges for run in runs if len(run.edges)]
         every = _sorted_edges(np.concatenate([*old, edges]) if old or len(edges) else None)
         return every, int(fresh.sum())
+
+    def _clean_temps(self) -> None:
+        """A temp folder here is a killed commit's: commits of the dataset hold its lock row
+        while they call ``add``, so no live writer can own one."""
+        if self.root.is_dir():
+            for tmp in self.root.glob(".tmp-*"):
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def _write(self, keys: np.ndarray, hashes: np.ndarray, edges: np.ndarray) -> Path:
         order = np.argsort(keys, kind="stable")
