@@ -106,3 +106,63 @@ def test_the_response_timeout_comes_from_the_environment(monkeypatch) -> None:
     assert approval.response_timeout().total_seconds() == 90
     monkeypatch.setenv(approval.TIMEOUT_ENV, "soon")
     assert approval.response_timeout().total_seconds() == approval.DEFAULT_RESPONSE_TIMEOUT_S
+
+
+def _operator(version: dict):
+    from airflow.sdk import Param
+
+    from pipeline.orchestration.approval_operator import VersionApprovalOperator
+
+    return VersionApprovalOperator(
+        task_id="approve",
+        subject="s",
+        version=version,
+        params={"reason": Param("", type="string")},
+    )
+
+
+def _event(option: str, reason: str) -> dict:
+    from datetime import UTC, datetime
+
+    return {
+        "chosen_options": [option],
+        "params_input": {"reason": reason},
+        "responded_at": datetime.now(UTC),
+        "responded_by_user": {"id": "1", "name": "erin"},
+    }
+
+
+def test_the_operator_applies_approve_and_emits_the_event_through_the_alias(
+    store, lt_env: Path
+) -> None:
+    from airflow.sdk import AssetAlias
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from pipeline.datasets.quality.review import history
+
+    _held(lt_env)
+    _ingest()
+    ask = approval.pending_reviews(["pets"])[0]
+    outlets = OutletEventAccessors()
+    _operator(ask["version"]).execute_complete(
+        {"outlet_events": outlets}, _event("Approve", "fine")
+    )
+    events = outlets[AssetAlias(tasks.DATASET_ALIAS)].asset_alias_events
+    assert [e.extra["version_id"] for e in events] == [ask["version"]["version_id"]]
+    assert events[0].dest_asset_key.uri == "laketrain://datasets/pets"
+    with store.session() as s:
+        last = history(s, ask["version"]["version_id"])[-1]
+    assert (last["decision"], last["who"], last["reason"]) == ("approve", "erin", "fine")
+
+
+def test_the_operator_records_reject_and_emits_nothing(store, lt_env: Path) -> None:
+    from airflow.sdk import AssetAlias
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    _held(lt_env)
+    _ingest()
+    ask = approval.pending_reviews(["pets"])[0]
+    outlets = OutletEventAccessors()
+    _operator(ask["version"]).execute_complete({"outlet_events": outlets}, _event("Reject", "no"))
+    assert not outlets[AssetAlias(tasks.DATASET_ALIAS)].asset_alias_events
+    assert approval.pending_reviews(["pets"]) == []
