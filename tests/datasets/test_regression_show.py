@@ -66,3 +66,27 @@ def test_version_page_draws_the_target_histogram(store, home):
     assert api["task"] == "regression"
     assert sum(c["total"] for c in api["classes"]) == v.samples
     assert len(api["classes"]) == 20 and api["classes"][-1]["label"].endswith("]")
+
+
+def test_a_classification_version_page_keeps_its_class_counts(store, home):
+    """The regression branch must leave classification pages as they were (the strict
+    template once failed with a 500 on them for want of ``v.task``)."""
+    from fastapi.testclient import TestClient
+
+    from pipeline.datasets.build import run_build
+    from pipeline.ui.app import create_app
+
+    write_recipe(home, "kinds", 'modality = "table"\n[table]\nlabel_column = "kind"\n')
+    folder = home / "lake" / "kinds"
+    folder.mkdir(parents=True)
+    (folder / "all.csv").write_text(
+        "f1,kind\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(40))
+    )
+    v = run_build("kinds", workers=1, store=store).version
+    client = TestClient(create_app(lambda: None, get_store=lambda: store))
+    page = client.get(f"/versions/{v.version_id}")
+    assert page.status_code == 200, page.text[:2000]
+    assert "Classes and splits" in page.text and "Target histogram" not in page.text
+    api = client.get(f"/api/versions/{v.version_id}").json()
+    assert [c["label"] for c in api["classes"]] == ["a", "b"]
+    assert sum(c["total"] for c in api["classes"]) == 40
