@@ -125,31 +125,33 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--add", type=int, default=1000, help="files added per incremental version")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--keep", action="store_true", help="keep bench/_work/scale afterwards")
+    ap.add_argument("--work", type=Path, default=WORK, help="work folder (removed afterwards)")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder afterwards")
     ap.add_argument("--profile", help="write a cProfile of the first incremental build here")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
     if args.samples < 100 or args.add < 1:
         ap.error("--samples must be >= 100 and --add >= 1")
 
-    shutil.rmtree(WORK, ignore_errors=True)
-    (WORK / "recipes").mkdir(parents=True)
-    (WORK / "recipes" / "scale.toml").write_text(RECIPE)
+    work = args.work.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "recipes").mkdir(parents=True)
+    (work / "recipes" / "scale.toml").write_text(RECIPE)
     os.environ.update(
         {
-            "LAKETRAIN_HOME": str(WORK),
-            "LAKE_DIR": str(WORK / "lake"),
-            "DATA_ROOT": str(WORK / "data"),
-            "RECIPES_DIR": str(WORK / "recipes"),
-            "METADATA_DB_URL": f"sqlite:///{WORK / 'data' / 'metadata.db'}",
+            "LAKETRAIN_HOME": str(work),
+            "LAKE_DIR": str(work / "lake"),
+            "DATA_ROOT": str(work / "data"),
+            "RECIPES_DIR": str(work / "recipes"),
+            "METADATA_DB_URL": f"sqlite:///{work / 'data' / 'metadata.db'}",
             "SETTLE_SECONDS": "0",
         }
     )
     try:
-        rows, notes, missed = run(args)
+        rows, notes, missed = run(args, work)
     finally:
         if not args.keep:
-            shutil.rmtree(WORK, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
     body = (
         f"{args.samples:,} samples ({SHAPE} float32 values each, a 144-byte `.npy` file) in "
         f"{CLASSES} class folders, SQLite store, {args.workers} worker processes; each increment "
@@ -165,14 +167,14 @@ def main() -> None:
         write_section("bench/scale.py", body)
 
 
-def run(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+def run(args: argparse.Namespace, work: Path) -> tuple[list[tuple[str, str]], list[str], list[str]]:
     from sqlalchemy import text
 
     from pipeline.datasets import queries
     from pipeline.datasets.build import run_build
     from pipeline.metadata.store import open_store
 
-    lake = WORK / "lake"
+    lake = work / "lake"
     rows: list[tuple[str, str]] = []
     missed: list[str] = []
 
@@ -191,7 +193,7 @@ def run(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str], lis
     full = run_build("scale", workers=args.workers)
     full_s = time.perf_counter() - t
     assert full.version is not None and full.version.samples == args.samples, full.to_dict()
-    first_meta, first_store = data_bytes(WORK)
+    first_meta, first_store = data_bytes(work)
     print(f"full build {full_s:.1f} s {full.seconds}", flush=True)
 
     walks = [bare_walk(lake) for _ in range(3)]
@@ -201,8 +203,8 @@ def run(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str], lis
     versions = [full.version.version_id]
     for k in range(2):
         make_files(lake, args.samples + k * args.add, args.add)
-        before = data_bytes(WORK)
-        seg_before = tree_bytes(WORK / "data" / "segments")
+        before = data_bytes(work)
+        seg_before = tree_bytes(work / "data" / "segments")
         prof = None
         if args.profile and k == 0:
             import cProfile
@@ -216,8 +218,8 @@ def run(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str], lis
             prof.disable()
             prof.dump_stats(args.profile)
         assert inc.version is not None and inc.version.added == args.add, inc.to_dict()
-        after = data_bytes(WORK)
-        seg_added = tree_bytes(WORK / "data" / "segments") - seg_before
+        after = data_bytes(work)
+        seg_added = tree_bytes(work / "data" / "segments") - seg_before
         incs.append((inc_s, inc, after[0] - before[0], after[1] - before[1], seg_added))
         versions.append(inc.version.version_id)
         print(f"increment {k + 1}: {inc_s:.2f} s {inc.seconds}", flush=True)

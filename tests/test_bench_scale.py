@@ -1,0 +1,31 @@
+"""bench/scale.py runs end to end at a tiny size (a smoke run: every step, every assertion of
+the script on what each build returned; the figures themselves are not checked)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_scale_bench_runs_every_step_at_a_tiny_size(tmp_path: Path) -> None:
+    work = tmp_path / "scale"
+    proc = subprocess.run(
+        [sys.executable, "bench/scale.py", "--samples", "300", "--add", "10", "--workers", "1",
+         "--work", str(work), "--no-write"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in ("**incremental, end to end (target <= 5 s)**", "no-change rebuild / bare walk",
+                "**diff of the two consecutive versions (target <= 1 s)**",
+                "**contains by md5 (target <= 50 ms)**", "peak RSS"):  # fmt: skip
+        assert row in proc.stdout
+    assert not work.exists()  # the work folder is removed afterwards
