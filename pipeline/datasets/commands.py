@@ -162,7 +162,10 @@ def versions_cmd(
     table.add_column("train/val", justify="right", no_wrap=True)
     table.add_column("vs parent", justify="right", no_wrap=True)
     table.add_column("bad", justify="right", no_wrap=True)
-    if show_all:  # without --all every row is committed: no column needed
+    # Without --all only committed and quarantined (held by the quality gate) rows are listed:
+    # the column shows up when one of them is held.
+    with_status = show_all or any(r["status"] != "committed" for r in rows)
+    if with_status:
         table.add_column("status", no_wrap=True)  # blank = committed, so the row fits 80
     for r in rows:
         cells = [
@@ -175,7 +178,7 @@ def versions_cmd(
             str(r["invalid"]),
         ]
         status = "" if r["status"] == "committed" else r["status"]
-        table.add_row(*cells, *([status] if show_all else []))
+        table.add_row(*cells, *([status] if with_status else []))
     cli.console.print(table)
 
 

@@ -252,6 +252,10 @@ def test_cli_quality_approve_and_reject_through_the_entry_point(store, home):
     assert any("val_samples" in r for r in shown["held_for"])
     text = _laketrain("quality", b.tag)
     assert text.returncode == 0 and "quarantined because:" in text.stdout
+    listing = _laketrain("versions", "pets")
+    assert listing.returncode == 0, listing.stderr
+    row = next(line for line in listing.stdout.splitlines() if b.version_id[:12] in line)
+    assert "quarantined" in row
 
     no_reason = _laketrain("reject", b.tag)
     assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
