@@ -279,3 +279,16 @@ def test_tables_identical_feature_rows_are_grouped_and_drift_is_computed(sqlite_
     assert columns["x"]["max"] == report.drift.columns["x"]["parent_max"] == 5.0
     assert report.drift.columns["x"]["max"] == 20.0 and report.drift.constant_columns == []
     assert report.near_duplicates.new_samples == 1
+
+
+def test_near_duplicates_are_found_in_zarr_segments_too(sqlite_store, home, photos):
+    lake = home / "lake" / "photos"
+    write_recipe(home, "photos", 'format = "zarr"\n' + QUALITY_RECIPE)
+    save_jpeg(lake / "a" / "coffee.jpg", photos["coffee"])
+    save_jpeg(lake / "a" / "rocket.jpg", photos["rocket"])
+    im, quality = planted_edits(photos["coffee"])["reencoded"]
+    save_jpeg(lake / "a" / "coffee-q30.jpg", im, quality)
+    report = _report(sqlite_store, _build(sqlite_store))
+    assert [g["paths"] for g in report.near_duplicates.listed] == [
+        ["photos/a/coffee-q30.jpg", "photos/a/coffee.jpg"]
+    ]
