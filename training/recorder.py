@@ -129,7 +129,12 @@ class RunReport:
         if metrics_path is None and self.is_main and manager is not None:
             self._own_dir = Path(tempfile.mkdtemp(prefix="laketrain-report-"))
             metrics_path = self._own_dir / "metrics.jsonl"
-        self.metrics = MetricsLog(metrics_path if self.is_main else None)
+        self.mlflow: Any = None  # an MlflowRun with MLFLOW_TRACKING_URI set (rank 0)
+        if self.is_main and os.environ.get("MLFLOW_TRACKING_URI", "").strip():
+            from training.mlflow_log import MlflowRun  # mlflow itself only inside its calls
+
+            self.mlflow = MlflowRun(run_id or "", dataset or "")
+        self.metrics = self._new_log(metrics_path if self.is_main else None)
         # step -> epoch for the store's checkpoint rows; default: the last epoch logged.
         self.epoch_of: Callable[[int], int] | None = None
         self._last_epoch = 0
@@ -160,6 +165,8 @@ class RunReport:
         self.manager = manager
         if not self.store.run_id:
             self.store.run_id = manager.run_id
+        if self.mlflow is not None and not self.mlflow.run_id:
+            self.mlflow.run_id = manager.run_id
         manager.on_commit = self._on_commit
         manager.on_delete = self.store.checkpoint_deleted
 
@@ -178,6 +185,10 @@ class RunReport:
         config = dict(params if config is None else config)
         self.store.started_run(version_id, params, config=config, manifest_sha256=manifest_sha256)
         self.store.events(self.events)
+        if self.mlflow is not None:
+            self.mlflow.start(version_id, params)
+            for rec in self.metrics.records:  # a resume: the history up to its checkpoint
+                self.mlflow.log(rec)
 
     def log(self, record: dict[str, Any] | None = None, **fields: Any) -> None:
         """One metrics.jsonl line (rank 0 only): ``report.log(step=10, loss=0.3)``. Give each
@@ -205,7 +216,14 @@ class RunReport:
         ]
         path = self.metrics.path
         self.metrics.close()
-        self.metrics = MetricsLog(path, records)
+        self.metrics = self._new_log(path, records)
+
+    def _new_log(self, path: Path | None, records: list[dict[str, Any]] | None = None) -> Any:
+        """The metrics log; with MLflow on, one whose every line is mirrored there too (the
+        built-in Trainer writes its lines to ``report.metrics`` directly)."""
+        if self.mlflow is None:
+            return MetricsLog(path, records)
+        return _MirroredLog(path, records, mirror=self.mlflow)
 
     def upload_metrics(self) -> None:
         """metrics.jsonl beside the checkpoints now (synchronously; finish() does it too)."""
@@ -296,9 +314,21 @@ class RunReport:
             error=error,
             exit_code=code,
         )
+        if self.mlflow is not None:
+            self.mlflow.finish(status, self.result["checkpoint_url"])
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)
         return code
+
+
+class _MirroredLog(MetricsLog):
+    def __init__(self, path: Path | None, records: Any = None, *, mirror: Any) -> None:
+        super().__init__(path, records)
+        self.mirror = mirror
+
+    def write(self, record: dict[str, Any]) -> None:
+        super().write(record)
+        self.mirror.log(self.records[-1])
 
 
 def _safe(fn: Any) -> Any:
