@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -47,17 +47,27 @@ def compute_report(
 ) -> QualityReport:
     report = QualityReport()
     report.samples = len(samples)
-    report.train = sum(1 for s in samples if s.split == "train")
+    report.train = sum(s.split == "train" for s in samples)
     report.val = report.samples - report.train
     report.files = len({s.path for s in samples}) + len({r["path"] for r in invalid})
     report.invalid = _invalid(invalid, parent, session)
+    # One pass over every sample (this runs on every commit, 1M samples included): the
+    # contents held, and the few that need their samples listed (duplicated ones, those in a
+    # near-duplicate pair). Only those get a per-content list.
+    present = {s.md5 for s in samples}  # an augmented copy has its original's md5
+    duplicated = {s.md5 for s in samples if s.duplicate}
+    in_edges = {k.decode().split(":", 1)[0] for k in state.edges.ravel()} & present
+    wanted = duplicated | in_edges
     by_md5: dict[str, list] = defaultdict(list)
-    for s in samples:
-        if not s.copy:
-            by_md5[s.md5].append(s)
-    report.exact_duplicates = _exact(by_md5)
-    report.label_conflicts, conflict_leaks = _label_conflicts(by_md5, state.kind)
-    report.near_duplicates, near_leaks = _near(state, samples, by_md5, processed)
+    if wanted:
+        for s in samples:
+            if not s.copy and s.md5 in wanted:
+                by_md5[s.md5].append(s)
+    report.exact_duplicates = _exact({m: by_md5[m] for m in duplicated})
+    report.label_conflicts, conflict_leaks = _label_conflicts(
+        {m: by_md5[m] for m in duplicated}, state.kind
+    )
+    report.near_duplicates, near_leaks = _near(state, by_md5, present, processed)
     listed = near_leaks + conflict_leaks
     report.leaks = Leaks(
         count=len(listed),
@@ -117,19 +127,21 @@ def _label_conflicts(by_md5: dict[str, list], kind: str) -> tuple[LabelConflicts
     return LabelConflicts(count=len(listed), listed=capped(listed)), leaks
 
 
-def _near(state: NearDupState, samples, by_md5, processed) -> tuple[NearDuplicates, list[dict]]:
+def _near(state: NearDupState, by_md5, present, processed) -> tuple[NearDuplicates, list[dict]]:
+    """Groups of the index's pairs among the contents the version holds; ``by_md5`` holds the
+    samples of every content in a pair."""
     out = NearDuplicates(threshold=state.threshold, kind=state.kind, new_samples=state.new_samples)
     if state.kind == "none":
         return out, []
     if state.kind == "image":
-        members = {md5: group for md5, group in by_md5.items()}
+        members = by_md5
     else:  # a table row's key is md5:<row within its file>
         members = defaultdict(list)
-        for s in samples:
-            if not s.copy:
-                members[f"{s.md5}:{s.row - processed[s.md5].row}"].append(s)
+        for md5, group in by_md5.items():
+            for s in group:
+                members[f"{md5}:{s.row - processed[md5].row}"].append(s)
     groups, leaks = [], []
-    for keys in components(state.edges, set(by_md5)):
+    for keys in components(state.edges, present):
         group = [s for k in keys for s in members.get(k, ())]
         if len({k for k in keys if k in members}) < 2:
             continue
@@ -154,10 +166,11 @@ def _near(state: NearDupState, samples, by_md5, processed) -> tuple[NearDuplicat
 
 def _class_counts(samples) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {"train": {}, "val": {}}
-    for s in samples:
-        if s.label is not None and not s.copy:
-            c = counts[s.split]
-            c[str(s.label)] = c.get(str(s.label), 0) + 1
+    # One Counter over (split, label): a third of a per-sample dict update loop's time.
+    tally = Counter((s.split, s.label) for s in samples if s.label is not None and not s.copy)
+    for (split, label), n in tally.items():
+        per = counts.setdefault(split, {})
+        per[str(label)] = per.get(str(label), 0) + n
     return counts
 
 
