@@ -99,7 +99,15 @@ def tree_bytes(root: Path, *, skip: str | None = None) -> int:
 
 def data_bytes(work: Path) -> tuple[int, int]:
     """(bytes under DATA_ROOT outside segments/ and the store, bytes of the SQLite store)."""
+    import sqlite3
+
     data = work / "data"
+    # The WAL holds the last transactions' pages until a checkpoint: count the store's pages.
+    conn = sqlite3.connect(data / "metadata.db")
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
     store = sum(p.stat().st_size for p in data.glob("metadata.db*") if p.is_file())
     return tree_bytes(data, skip="segments") - store, store
 
