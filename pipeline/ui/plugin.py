@@ -58,13 +58,15 @@ def asset_editor() -> Any:
 class LaketrainPlugin(AirflowPlugin):
     name = "laketrain"
     # url_route makes the UI embed the page in an iframe under /plugin/datasets, keeping
-    # Airflow's sidebar; without it the nav entry is a dead button.
+    # Airflow's sidebar; without it the nav entry is a dead button. nav_top_level: with two
+    # nav views the UI would fold both into a "Plugins" menu; each stays a link of its own.
     external_views = [
         {
             "name": "Datasets",
             "href": URL_PREFIX + "/",
             "destination": "nav",
             "url_route": URL_ROUTE,
+            "nav_top_level": True,
             "icon": URL_PREFIX + "/static/icon.svg",
         },
         {
@@ -72,6 +74,7 @@ class LaketrainPlugin(AirflowPlugin):
             "href": URL_PREFIX + "/runs",
             "destination": "nav",
             "url_route": RUNS_ROUTE,
+            "nav_top_level": True,
             "icon": URL_PREFIX + "/static/icon.svg",
         },
     ]

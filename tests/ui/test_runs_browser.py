@@ -74,7 +74,8 @@ def test_open_a_run_from_the_version_page_see_its_curves_then_compare(
     names = [series.nth(i).get_attribute("data-series") for i in range(4)]
     assert any(n.startswith("A ") for n in names) and any(n.startswith("B ") for n in names)
     counts = frame.locator("p.data-diff").inner_text()
-    assert f"+{len(built.added)} added" in counts and f"−{len(built.removed)} removed" in counts
+    # A is this run (on v2), B the other (on v1): the diff goes from v2 back to v1.
+    assert f"+{len(built.removed)} added" in counts and f"−{len(built.added)} removed" in counts
     page.screenshot(path=str(artifacts / "ui-runs-2-compare.png"), full_page=True)
 
     # The Runs view in the nav, filtered to succeeded runs.
