@@ -129,6 +129,8 @@ def record_run_started(
                     select(TrainingRun).where(TrainingRun.run_id == run_id).with_for_update()
                 ).scalar_one_or_none()
                 now = utcnow()
+                if "command" not in extra and not (run and run.command):
+                    extra.update(_command_from_params(params))
                 if "manifest_sha256" not in extra and not (run and run.manifest_sha256):
                     extra["manifest_sha256"] = _manifest_sha256(session, version_id)
                 if run is None:
@@ -200,6 +202,20 @@ def _record_fields(record: dict[str, Any]) -> dict[str, Any]:
         if key in out and not isinstance(out[key], dict):
             raise ValueError(f"{key} must be a dict, got {type(out[key]).__name__}")
     return out
+
+
+def _command_from_params(params: dict) -> dict[str, Any]:
+    """A launcher's params name the command as shell words (the train form's ``command``):
+    record them as the argv when the launcher gave no argv of its own."""
+    import shlex
+
+    command = params.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return {}
+    try:
+        return {"command": shlex.split(command)}
+    except ValueError:
+        return {}
 
 
 def _manifest_sha256(session: Any, version_id: str) -> str | None:

@@ -174,3 +174,17 @@ def test_make_runs_follow_along_prints_the_run_name_and_its_page(store) -> None:
         "asset_triggered__2026-12-01T07%3A22%3A34.088447%2B00%3A00_hXsUOZOp"
     )
     assert follow.run_page_line(None) is None
+
+
+def test_a_launchers_command_param_becomes_the_recorded_argv(store) -> None:
+    # the train DAG records the form's params: its `command` words are the run's argv
+    row = runs.record_run_started(
+        "dag",
+        "digits",
+        V1,
+        {"command": "python my_train.py --fast 'a b'"},
+        status="queued",
+        store=store,
+    )
+    assert row["command"] == ["python", "my_train.py", "--fast", "a b"]
+    assert runs.record_run_started("nocmd", "digits", V1, {}, store=store)["command"] is None
