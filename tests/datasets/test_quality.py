@@ -292,3 +292,21 @@ def test_near_duplicates_are_found_in_zarr_segments_too(sqlite_store, home, phot
     assert [g["paths"] for g in report.near_duplicates.listed] == [
         ["photos/a/coffee-q30.jpg", "photos/a/coffee.jpg"]
     ]
+
+
+def test_a_new_near_duplicate_distance_indexes_the_existing_samples_too(sqlite_store, home, photos):
+    lake = home / "lake" / "photos"
+    write_recipe(home, "photos", QUALITY_RECIPE)
+    save_jpeg(lake / "a" / "coffee.jpg", photos["coffee"])
+    save_jpeg(lake / "a" / "rocket.jpg", photos["rocket"])
+    _build(sqlite_store)
+    # The distance changes (a new index), then a near-duplicate of an EXISTING sample arrives.
+    write_recipe(home, "photos", QUALITY_RECIPE + "\n[quality]\nnear_duplicate_distance = 6\n")
+    im, quality = planted_edits(photos["coffee"])["brightened"]
+    save_jpeg(lake / "a" / "coffee-bright.jpg", im, quality)
+    report = _report(sqlite_store, _build(sqlite_store))
+    assert report.near_duplicates.threshold == 6
+    assert [g["paths"] for g in report.near_duplicates.listed] == [
+        ["photos/a/coffee-bright.jpg", "photos/a/coffee.jpg"]
+    ]
+    assert report.near_duplicates.new_samples == 3  # the new index took every content, once

@@ -62,9 +62,13 @@ def prepare(
             if not recipe.is_sidecar(path):
                 first_path[md5] = path
     new = sorted(m for m in first_path if m not in known_splits)
-    keys, hashes = _hash_new(data_root, recipe, kind, [processed[m] for m in new])
-    state.new_samples = len(keys)
     index = NearIndex(index_root(data_root, dataset, recipe.recipe_hash, threshold), threshold)
+    # An index not there yet (the first build under this recipe and distance, e.g. after the
+    # recipe's near_duplicate_distance changed) starts from every content the version holds,
+    # once: the parent's contents were indexed under another distance, or not at all.
+    to_hash = new if index.has_runs() else sorted(first_path)
+    keys, hashes = _hash_new(data_root, recipe, kind, [processed[m] for m in to_hash])
+    state.new_samples = len(keys)
     state.edges, _ = index.add(keys, hashes)
     if kind == "image" and new and not recipe.split.group_regex:
         state.splits = _splits_for_new(state.edges, new, first_path, known_splits, recipe)

@@ -67,6 +67,11 @@ class NearIndex:
         self.threshold = threshold
         band_shifts(threshold)  # a bad threshold fails here, naming itself
 
+    def has_runs(self) -> bool:
+        return self.root.is_dir() and any(
+            (p / FILES[-1]).is_file() for p in self.root.iterdir() if not p.name.startswith(".")
+        )
+
     def runs(self) -> list[Run]:
         if not self.root.is_dir():
             return []
