@@ -53,7 +53,16 @@ def _awaiting(stack: Stack, answered: set[str], timeout: float = TIMEOUT) -> tup
                 f"/api/v2/dags/lake_ingest/dagRuns/{rid}/taskInstances/approve/0/hitlDetails"
             )
             if status == 200 and isinstance(body, dict) and not body.get("response_received"):
-                return rid, body
+                _, ti = stack.api.get(
+                    f"/api/v2/dags/lake_ingest/dagRuns/{rid}/taskInstances/approve/0"
+                )
+                if isinstance(ti, dict) and ti.get("state") == "awaiting_input":
+                    # A person answers seconds later, not within the second the worker takes
+                    # to exit after parking the task: an answer in that second makes the
+                    # executor's "finished" report meet a task already queued again, which
+                    # Airflow fails as a state changed externally.
+                    time.sleep(5.0)
+                    return rid, body
         time.sleep(1.0)
     pytest.fail(f"timed out waiting for the approve step\n{stack.logs_tail()}")
 
@@ -75,6 +84,21 @@ def _wait_answered(stack: Stack, run_id: str, what: str) -> None:
         for f in sorted(logs.rglob("task_id=approve/*/*.log")):
             print(f"==== {f}\n{f.read_text(errors='replace')[-20000:]}")
         raise
+
+
+def _started_train(stack: Stack, before: set[str], timeout: float = TIMEOUT) -> str:
+    """The id of a new asset-triggered train run, once its record_run step has finished."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for run in stack.api.dag_runs("train", limit=20):
+            rid = run["dag_run_id"]
+            if rid in before or not asset_run(run):
+                continue
+            _, ti = stack.api.get(f"/api/v2/dags/train/dagRuns/{rid}/taskInstances/record_run")
+            if isinstance(ti, dict) and ti.get("state") == "success":
+                return rid
+        time.sleep(1.0)
+    pytest.fail(f"no train run started on the approved version\n{stack.logs_tail()}")
 
 
 def _version_events(stack: Stack) -> list[dict]:
@@ -118,13 +142,10 @@ def test_approve_and_reject_through_the_rest_api(stack: Stack, store) -> None:
     with store.session() as s:
         last = history(s, held["version_id"])[-1]
     assert (last["decision"], last["reason"]) == ("approve", "looked at it") and last["who"]
-    train = stack.wait_run(
-        "train",
-        lambda r: asset_run(r) and r["dag_run_id"] not in trains_before,
-        "the auto_train run on the approved version",
-        timeout=TIMEOUT + 120,
-    )
-    run = get_run(sanitize_run_id("train", train["dag_run_id"]), store=store)
+    # The event started a train run on that version (recorded before the trainer launches;
+    # whether the training itself succeeds is the end-to-end tests' business).
+    train = _started_train(stack, trains_before)
+    run = get_run(sanitize_run_id("train", train), store=store)
     assert run["version_id"] == held["version_id"]
 
     # 3. Reject: a new version stays quarantined with the reason; no event
