@@ -109,9 +109,11 @@ params = {
     # Bring your own trainer: any image or command that honours the environment contract
     # (docs/trainer-contract.md). Their checks run at resolve, which says what is wrong; the
     # form's own error would only say "Bad Request".
+    # Optional text fields take null: the form sends an empty field as null, and a plain
+    # "string" type then marks the field invalid and keeps the Trigger button disabled.
     "image": Param(
-        dagconfig.trainer_image(),
-        type="string",
+        dagconfig.trainer_image() or None,
+        type=["null", "string"],
         title="Image",
         description=(
             "docker and kubernetes launchers: the container image to run (default"
@@ -142,14 +144,14 @@ params = {
         ),
     ),
     "cpu": Param(
-        "",
-        type="string",
+        None,
+        type=["null", "string"],
         title="CPU request (Kubernetes)",
         description="CPUs the pod requests besides its GPUs, e.g. 4 or 500m; empty: none.",
     ),
     "memory": Param(
-        "",
-        type="string",
+        None,
+        type=["null", "string"],
         title="Memory request (Kubernetes)",
         description="Memory the pod requests, e.g. 16Gi or 512Mi; empty: none.",
     ),
