@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import func, select
 
 from pipeline.metadata.runs import Checkpoint, RunAttempt, TrainingRun
+from pipeline.runs.attempts import _attempt_dict
 from pipeline.runs.record import (
     RunNotFoundError,
-    _attempt_dict,
     _checkpoint_dict,
     _run_dict,
     _store,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.metadata.base import utcnow
@@ -23,23 +23,21 @@ from pipeline.metadata.runs import (
     RUN_RUNNING,
     RUN_STATUSES,
     Checkpoint,
-    RunAttempt,
     TrainingRun,
 )
-from pipeline.runs.names import run_name
-
-# What a launcher or the trainer may add to the run's reproducibility record; None = not known
-# (the row keeps what an earlier call recorded).
-RECORD_FIELDS = (
-    "manifest_sha256",
-    "command",
-    "image",
-    "image_digest",
-    "code_version",
-    "lock_sha256",
-    "config",
+from pipeline.runs.attempts import (
+    _attempt,
+    _close_open_attempts,
+    _current_attempt,
+    _duration,
 )
-LAUNCHER_FIELDS = ("command", "image", "image_digest")
+from pipeline.runs.fill import (
+    LAUNCHER_FIELDS,
+    _command_from_params,
+    _manifest_sha256,
+    _next_name,
+    _record_fields,
+)
 
 __all__ = [
     "RUN_STATUSES",
@@ -187,87 +185,6 @@ def record_run_started(
             if attempt == 4:
                 raise
     raise AssertionError("unreachable")
-
-
-def _record_fields(record: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(record) - set(RECORD_FIELDS))
-    if unknown:
-        raise TypeError(f"unknown run record field(s): {', '.join(unknown)}")
-    out = {k: v for k, v in record.items() if v is not None}
-    if "command" in out and not (
-        isinstance(out["command"], list) and all(isinstance(a, str) for a in out["command"])
-    ):
-        raise ValueError(f"command must be a list of strings (argv), got {out['command']!r}")
-    for key in ("code_version", "config"):
-        if key in out and not isinstance(out[key], dict):
-            raise ValueError(f"{key} must be a dict, got {type(out[key]).__name__}")
-    return out
-
-
-def _command_from_params(params: dict) -> dict[str, Any]:
-    """A launcher's params name the command as shell words (the train form's ``command``):
-    record them as the argv when the launcher gave no argv of its own."""
-    import shlex
-
-    command = params.get("command")
-    if not isinstance(command, str) or not command.strip():
-        return {}
-    try:
-        return {"command": shlex.split(command)}
-    except ValueError:
-        return {}
-
-
-def _manifest_sha256(session: Any, version_id: str) -> str | None:
-    """The version's manifest digest, when the store has the version (a run on a folder it
-    never saw has none to copy)."""
-    from pipeline.metadata.datasets import DatasetVersion
-
-    return session.execute(
-        select(DatasetVersion.manifest_sha256).where(DatasetVersion.version_id == version_id)
-    ).scalar_one_or_none()
-
-
-def _next_name(session: Any, dataset: str, version_id: str) -> str:
-    """The next free readable name for a run of this version (counter = runs on it + 1)."""
-    n = session.execute(
-        select(func.count())
-        .select_from(TrainingRun)
-        .where(TrainingRun.dataset == dataset, TrainingRun.version_id == version_id)
-    ).scalar_one()
-    while True:
-        n += 1
-        name = run_name(dataset, version_id, n)
-        taken = session.execute(select(TrainingRun.run_id).where(TrainingRun.name == name)).first()
-        if taken is None:
-            return name
-
-
-def _attempt(run: TrainingRun, n: int, status: str, launcher: str | None, now: Any) -> RunAttempt:
-    return RunAttempt(
-        run_id=run.run_id, n=n, status=status, launcher=launcher or run.launcher, started_at=now
-    )
-
-
-def _current_attempt(session: Any, run_id: str) -> RunAttempt | None:
-    return (
-        session.execute(
-            select(RunAttempt).where(RunAttempt.run_id == run_id).order_by(RunAttempt.n.desc())
-        )
-        .scalars()
-        .first()
-    )
-
-
-def _close_open_attempts(session: Any, run_id: str, now: Any) -> None:
-    # An attempt that never recorded its end (killed outright, the worker lost) ends where
-    # the next one starts; its status says it was cut short.
-    for a in session.execute(
-        select(RunAttempt).where(RunAttempt.run_id == run_id, RunAttempt.ended_at.is_(None))
-    ).scalars():
-        a.ended_at = now
-        if a.status in (RUN_QUEUED, RUN_RUNNING):
-            a.status = "lost"
 
 
 def record_run_details(run_id: str, store: Any = None, **record: Any) -> dict:
@@ -442,25 +359,6 @@ def _run_dict(run: TrainingRun) -> dict:
         "code_version": dict(run.code_version) if run.code_version is not None else None,
         "lock_sha256": run.lock_sha256,
         "config": dict(run.config) if run.config is not None else None,
-    }
-
-
-def _duration(start: Any, end: Any) -> float | None:
-    if start is None or end is None:
-        return None
-    return round((end - start).total_seconds(), 3)
-
-
-def _attempt_dict(a: RunAttempt) -> dict:
-    return {
-        "n": a.n,
-        "status": a.status,
-        "launcher": a.launcher,
-        "started_at": _iso(a.started_at),
-        "ended_at": _iso(a.ended_at),
-        "duration_s": _duration(a.started_at, a.ended_at),
-        "exit_code": a.exit_code,
-        "error": a.error,
     }
 
 
