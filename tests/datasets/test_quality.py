@@ -310,3 +310,17 @@ def test_a_new_near_duplicate_distance_indexes_the_existing_samples_too(sqlite_s
         ["photos/a/coffee-bright.jpg", "photos/a/coffee.jpg"]
     ]
     assert report.near_duplicates.new_samples == 3  # the new index took every content, once
+
+
+def test_samples_too_small_for_a_perceptual_hash_form_no_near_duplicate_group():
+    """8x8 digits: a 64-bit hash of 64 pixels compares pixels, not structure, and put distinct
+    digits of one class within 4 bits of each other, moving them into one another's split."""
+    from sklearn.datasets import load_digits
+
+    from pipeline.datasets.quality.phash import MIN_SIDE, perceptual_hash
+
+    images = (load_digits().images * (255 / 16)).astype(np.uint8)[:, None]  # (N, 1, 8, 8)
+    _hashes, unhashable = perceptual_hash(images)
+    assert unhashable.all()
+    big = np.repeat(np.repeat(images[:50], MIN_SIDE // 8, axis=2), MIN_SIDE // 8, axis=3)
+    assert not perceptual_hash(big)[1].all()  # the same digits at 16x16 are hashed

@@ -286,7 +286,7 @@ def test_missing_version_exits_3(digits: dict[str, Any], tmp_path: Path) -> None
     env["DATASET_VERSION"] = "digits_v19990101_deadbeef"
     proc = run_trainer(env)
     assert proc.returncode == 3, proc.stderr[-2000:]
-    assert "has no version 'digits_v19990101_deadbeef'" in proc.stderr
+    assert "no version of dataset 'digits' matches 'digits_v19990101_deadbeef'" in proc.stderr
     assert read_result(tmp_path / "objects", "missing")["status"] == "failed"
 
 
