@@ -106,7 +106,9 @@ class _Sample:
 
     def __init__(self, idx: int, path: str, md5: str, label: str, split: str) -> None:
         self.path, self.md5, self.label, self.split = path, md5, label, split
-        self.segment_id, self.row, self.size, self.mtime_ns = "s" * 64, idx, 100, 1
+        # A content's place in its segment is fixed by the file (a build never moves it): the
+        # file number, not the sample's index in the version (that shifts every version).
+        self.segment_id, self.row, self.size, self.mtime_ns = "s" * 64, int(path[-12:-4]), 100, 1
         self.duplicate, self.line, self.copy = False, None, 0
 
 
