@@ -7,7 +7,7 @@ import logging
 import os
 import random
 import signal
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -22,7 +22,25 @@ class StopRequested(Exception):
     """SIGTERM arrived; a checkpoint of the finished step has been saved (exit code 75)."""
 
 
-class Preemption:
+class _SigtermHandler:
+    """Installs ``_handle`` for SIGTERM and puts the previous handler back on ``uninstall``."""
+
+    _previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        raise NotImplementedError
+
+    def install(self) -> Self:
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
+class Preemption(_SigtermHandler):
     """Turns SIGTERM into a flag the loop checks between steps: the step in flight finishes,
     then the loop saves and stops with exit 75 (the public API's preemption helper; the
     built-in loop checks it the same way). A second SIGTERM does the same (no hard exit
@@ -39,15 +57,6 @@ class Preemption:
     def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
         log.warning("SIGTERM received: finishing the current step, then saving a checkpoint")
-
-    def install(self) -> Preemption:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
 
     def __enter__(self) -> Preemption:
         return self.install()
@@ -77,7 +86,7 @@ class TermSignal(BaseException):
     call into an HTTPClientError) must not turn the stop into an ordinary failure."""
 
 
-class RaiseOnTerm:
+class RaiseOnTerm(_SigtermHandler):
     """Outside the training loop a SIGTERM has no step to finish: while armed it raises
     TermSignal at once, so the run unwinds (its temp folder removed, result.json written)
     instead of dying where it stands. Disarmed while the run writes its outputs: those are
@@ -92,15 +101,6 @@ class RaiseOnTerm:
             self.armed = False  # one exception; a second SIGTERM must not hit the cleanup
             raise TermSignal("stopped by SIGTERM outside the training loop (setting up or loading)")
         log.warning("SIGTERM received while writing the run's outputs: finishing them first")
-
-    def install(self) -> RaiseOnTerm:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
 
 
 def resolve_device(kind: str, local_rank: int = 0) -> torch.device:
