@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.datasets.quality.nearindex import NearIndex, index_root
-from pipeline.datasets.quality.phash import perceptual_hash, row_hashes
+from pipeline.datasets.quality.phash import MIN_SIDE, perceptual_hash, row_hashes
 from pipeline.metadata.datasets import SAMPLE_OK
 
 DEFAULT_DISTANCE = 4  # of 64 bits: conservative, no false group on distinct photos (tests)
@@ -44,6 +44,8 @@ class NearDupState:
 
 
 def kind_of(recipe) -> str:
+    if recipe.modality == "image" and recipe.image.size < MIN_SIDE:
+        return "none"  # too small for a perceptual hash (phash.MIN_SIDE): nothing to read
     return {"image": "image", "table": "table"}.get(recipe.modality, "none")
 
 
