@@ -222,8 +222,17 @@ def resolve_on_disk(data_root: Path | str, dataset: str, ref: str) -> Path:
                 )
             return folder
         # Data from before heads: newest created, the smaller id on a tie (as the store).
-        newest = max(_manifest_fields(p).get("created_at") or "" for p in folders)
-        return min(p for p in folders if (_manifest_fields(p).get("created_at") or "") == newest)
+        # Only format-1 folders count: every chunked (format 2) version was written by code
+        # that keeps a HEAD file, so one without HEAD has no head yet (its only versions are
+        # quarantined by the quality gate) and must not become `latest` by being the newest.
+        old = [p for p in folders if _manifest_fields(p).get("format_version", 1) == 1]
+        if not old:
+            raise VersionNotFound(
+                f"dataset {dataset!r} has no head yet: no version has been approved as latest"
+                " (see `laketrain versions` for quarantined ones)"
+            )
+        newest = max(_manifest_fields(p).get("created_at") or "" for p in old)
+        return min(p for p in old if (_manifest_fields(p).get("created_at") or "") == newest)
     low = ref.lower()
     if _FULL_ID.fullmatch(low) and low in by_name:
         return by_name[low]

@@ -134,6 +134,7 @@ def commit_dataset(dataset: str, segments: list[Mapping[str, Any]] | None) -> di
     if version is None:
         log.info("dataset %s: nothing changed, no new version", dataset)
         return None
+    log_quality_summary(version, logger=log)
     if version.status == "quarantined":
         # Held by the quality gate: not latest, so no dataset event (auto-training must not
         # start); the approve step of lake_ingest (or `laketrain approve`) releases it.
@@ -148,6 +149,21 @@ def commit_dataset(dataset: str, segments: list[Mapping[str, Any]] | None) -> di
     if version.invalid:
         log.warning("dataset %s: %d file(s) left out as invalid", dataset, version.invalid)
     return extra
+
+
+def log_quality_summary(version: Any, *, logger: logging.Logger) -> None:
+    """One line of the version's quality report (from its manifest) in the commit log."""
+    from pipeline.datasets.quality.report import QualityReport
+    from pipeline.settings import get_settings
+
+    manifest = get_settings().data_root / version.path / "manifest.json"  # path: under DATA_ROOT
+    try:
+        report = json.loads(manifest.read_text()).get("quality")
+    except (OSError, ValueError, TypeError):
+        report = None
+    if report:
+        summary = QualityReport.from_dict(report).summary_line()
+        logger.info("dataset %s: quality: %s", version.dataset, summary)
 
 
 def version_event_extra(version: Mapping[str, Any]) -> dict[str, Any]:

@@ -145,6 +145,29 @@ def test_a_failing_rule_publishes_a_quarantined_version_and_latest_stays(store, 
     assert "val_samples" in rows[0]["reason"] and rows[0]["who"] == "quality gate"
 
 
+def test_a_first_version_held_by_the_gate_is_not_latest_for_a_reader_without_a_store(
+    store, home, monkeypatch
+):
+    """No HEAD file yet (nothing was ever approved): the store-less reader must not fall back
+    to the newest folder, which is the held version."""
+    from pipeline.datasets.manifest import VersionNotFound
+    from pipeline.datasets.reader import open_version
+
+    image_lake(home, per_class=3)
+    write_recipe(home, "pets", HOLD)
+    held = _build(store)
+    assert held is not None and held.status == "quarantined"
+    from pipeline.settings import get_settings
+
+    monkeypatch.delenv("METADATA_DB_URL", raising=False)  # a trainer without a store
+    get_settings.cache_clear()
+    with pytest.raises(VersionNotFound, match="no head yet"):
+        open_version("pets", "latest", data_root=home / "data", store=None)
+    assert open_version("pets", held.version_id, data_root=home / "data").version_id == (
+        held.version_id
+    )
+
+
 def test_rebuilding_an_unchanged_lake_keeps_the_version_held_without_a_new_record(store, home):
     from pipeline.datasets import queries
 

@@ -141,9 +141,12 @@ def test_the_ingest_commit_task_emits_the_move_back_once(store, home, caplog):
 
 
 def test_without_a_head_file_the_reader_takes_the_newest_manifest(store, home, monkeypatch):
-    # Data built before heads existed has no HEAD file: latest is the newest created, as then.
+    # Data built before heads existed (format 1, self-contained folders) has no HEAD file:
+    # latest is the newest created, as then. (A chunked version always comes with a HEAD.)
+    from pipeline.datasets.build import committing
     from pipeline.datasets.reader import open_version
 
+    monkeypatch.setattr(committing, "WRITE_FORMAT", 1)
     image_lake(home, per_class=3)
     _build(store)
     write_jpeg(home / "lake" / "pets" / "cat" / "extra.jpg", seed=77)

@@ -83,3 +83,16 @@ def test_the_list_is_capped_with_a_count_of_the_rest(
     assert len(named) == 50
     assert "... and 3 more invalid files" in logs["commit digits"]
     assert "... and 3 more invalid files" in logs["process"]
+
+
+def test_the_commit_log_carries_the_versions_quality_summary(
+    store, lt_env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pipeline.datasets.quality.report import QualityReport
+    from pipeline.datasets.queries import get_version
+
+    good_lake(lt_env)
+    logs = ingest(caplog)
+    version = get_version("latest", "digits")
+    summary = QualityReport.from_dict(version["manifest"]["quality"]).summary_line()
+    assert f"dataset digits: quality: {summary}" in logs["commit digits"]
