@@ -126,17 +126,25 @@ def test_sigterm_stops_the_command_and_the_same_run_id_resumes_it(home: dict) ->
         text=True,
         cwd=home["root"],
     )
+    # One reader per pipe, each to EOF: communicate() beside a reader thread would race it for
+    # stdout's last lines (seen in CI: the "stopped after" line went to communicate()).
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
-    reader.start()
+    errors: list[str] = []
+    readers = [
+        threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, ""))),
+        threading.Thread(target=lambda: errors.extend(iter(proc.stderr.readline, ""))),
+    ]
+    for reader in readers:
+        reader.start()
     deadline = time.monotonic() + 120
     while not any(line.startswith("PAUSED step=2") for line in list(lines)):
         assert time.monotonic() < deadline and proc.poll() is None, lines
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it stops
-    err = proc.communicate(timeout=120)[1]
-    reader.join(timeout=30)
-    out = "".join(lines)
+    proc.wait(timeout=120)
+    for reader in readers:
+        reader.join(timeout=30)
+    out, err = "".join(lines), "".join(errors)
     assert proc.returncode == 75, out + err
     assert "stopped after step 2: checkpoint saved" in out
     assert run_row(home, "u-resume")["status"] == "preempted"
