@@ -33,7 +33,7 @@ from pipeline.orchestration import dagconfig
 from pipeline.orchestration.env_contract import LAUNCHERS
 from pipeline.orchestration.launchers import TRAINER_COMMAND
 from pipeline.orchestration.tasks import MODEL_ALIAS, dataset_asset_uri
-from training.params import FIELDS as TRAIN_FIELDS
+from pipeline.training_params import FIELDS as TRAIN_FIELDS
 
 # The form offers only datasets that can be trained; the others are named in its help text.
 _recipes, _not_offered = dagconfig.trainable_datasets()
@@ -69,7 +69,7 @@ _dataset_param = (
     )
 )
 
-# The training fields (epochs ... seed) are declared once, in training/params.py: their
+# The training fields (epochs ... seed) are declared once, in pipeline/training_params.py: their
 # defaults, ranges, choices, titles and help come from there, as the trainer's config does.
 # Ranges are exclusive bounds on purpose (TrainField.json_schema): the form's number field
 # clamps to `minimum`/`maximum` when it loses focus (epochs -1 became 1 without a word); it

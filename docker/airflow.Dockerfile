@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The Airflow image: the official apache/airflow 3.3.2 (Python 3.11) plus the laketrain library
-# (pipeline), its DAGs and recipes, with the `airflow` extra (providers docker, cncf-kubernetes,
+# (pipeline; not training/, which only the trainer image needs), its DAGs and recipes, with the `airflow` extra (providers docker, cncf-kubernetes,
 # amazon, celery). No torch: training runs in the trainer image, started by the DockerOperator
 # or the KubernetesPodOperator.
 #
@@ -20,7 +20,6 @@ RUN grep -v '^torch==' /tmp/laketrain/requirements.lock \
 
 COPY --chown=airflow:0 pyproject.toml README.md /tmp/laketrain/src/
 COPY --chown=airflow:0 pipeline /tmp/laketrain/src/pipeline
-COPY --chown=airflow:0 training /tmp/laketrain/src/training
 # apache-airflow is named with the image's own version so that pip can never up- or downgrade it
 # (the official image's advice); the build then proves that torch did not come along.
 RUN pip install --no-cache-dir --constraint /tmp/laketrain/constraints.txt \

@@ -283,8 +283,8 @@ def files_cmd(
 def _register_areas() -> None:
     # Each area owns its commands module; importing one never pulls torch or Airflow.
     from pipeline import runs_commands
+    from pipeline import train_commands as training_commands
     from pipeline.datasets import commands as dataset_commands
-    from training import commands as training_commands
 
     dataset_commands.register(app)
     training_commands.register(app)

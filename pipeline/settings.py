@@ -34,13 +34,17 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    lake_dir: Path = Field(
+    # A location is a local folder (a Path) or an ``s3://bucket/prefix`` URL, kept as a string:
+    # a Path would collapse ``s3://`` into ``s3:/``. ``pipeline.storage.is_s3`` tells them apart.
+    lake_dir: Path | str = Field(
         default_factory=lambda: project_root() / "var" / "lake",
-        description="Root of the data lake; its first-level folders are datasets.",
+        description="Root of the data lake (a folder or s3://bucket/prefix); its first-level "
+        "folders or prefixes are datasets.",
     )
-    data_root: Path = Field(
+    data_root: Path | str = Field(
         default_factory=lambda: project_root() / "var" / "data",
-        description="Where segments and dataset versions are written.",
+        description="Where segments and dataset versions are written (a folder or "
+        "s3://bucket/prefix).",
     )
     metadata_db_url: str = Field(
         default="",
@@ -86,6 +90,47 @@ class Settings(BaseModel):
         "decode holds about twice this in memory.",
     )
 
+    laketrain_cache_dir: Path = Field(
+        default_factory=lambda: project_root() / "var" / "cache",
+        description="Local, content-addressed cache of objects read from an s3:// DATA_ROOT.",
+    )
+    laketrain_cache_mb: int = Field(
+        default=20_480,
+        ge=1,
+        le=1_000_000_000,
+        description="Bound of LAKETRAIN_CACHE_DIR in MB; least recently used objects go first.",
+    )
+    laketrain_poll_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds between two looks at the lake by the watcher; default 1 for a "
+        "folder, 30 for an s3:// lake.",
+    )
+
+    @field_validator("lake_dir", "data_root", mode="before")
+    @classmethod
+    def _location(cls, value: object) -> Path | str:
+        text = str(value).strip()
+        if not text:
+            raise ValueError("must be a folder or s3://bucket/prefix")
+        if text.startswith("s3://"):
+            if redact_url(text) != text or "@" in text.split("/", 3)[2]:
+                raise ValueError(
+                    "must not embed credentials (key:secret@); set AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY instead"
+                )
+            bucket = text[len("s3://") :].split("/", 1)[0]
+            if not bucket:
+                raise ValueError("an s3:// location needs a bucket: s3://bucket/prefix")
+            return text.rstrip("/")
+        if "://" in text and not text.startswith("file://"):
+            raise ValueError("must be a folder, file:///folder or s3://bucket/prefix")
+        if text.startswith("file://"):
+            from pipeline.storage.urls import file_url_to_path
+
+            return file_url_to_path(text)
+        return Path(text)
+
     @field_validator("checkpoint_url")
     @classmethod
     def _checkpoint_scheme(cls, value: str) -> str:
@@ -113,7 +158,20 @@ class Settings(BaseModel):
     @property
     def database_url(self) -> str:
         """The metadata store URL, with the embedded SQLite default filled in."""
-        return self.metadata_db_url or f"sqlite:///{self.data_root / 'metadata.db'}"
+        if self.metadata_db_url:
+            return self.metadata_db_url
+        # SQLite needs a local file: beside the data, or under var/ when the data is on S3.
+        local = (
+            project_root() / "var" / "data" if isinstance(self.data_root, str) else self.data_root
+        )
+        return f"sqlite:///{local / 'metadata.db'}"
+
+    @property
+    def poll_seconds(self) -> float:
+        """The watcher's poll interval: LAKETRAIN_POLL_SECONDS, else 30 s for S3, 1 s for a folder."""
+        if self.laketrain_poll_seconds is not None:
+            return self.laketrain_poll_seconds
+        return 30.0 if isinstance(self.lake_dir, str) else 1.0
 
 
 def load_settings(**overrides: object) -> Settings:

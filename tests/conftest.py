@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# The S3 fixtures (a shared real moto_server, a private one a test may kill) for every folder.
+from tests.s3_fixtures import _moto_process, moto_server, private_moto_server  # noqa: F401
+
 PG_ADMIN_URL = os.environ.get(
     "LAKETRAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )

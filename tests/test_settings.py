@@ -85,3 +85,41 @@ def test_a_checkpoint_url_with_a_host_or_embedded_keys_is_refused(monkeypatch):
     monkeypatch.setenv("CHECKPOINT_URL", "s3://KEY:SECRET@bucket")
     with pytest.raises(SettingsError, match="must not embed credentials"):
         load_settings()
+
+
+@pytest.mark.parametrize("var", ["LAKE_DIR", "DATA_ROOT"])
+def test_a_location_is_a_folder_or_an_s3_url_kept_as_a_string(monkeypatch, tmp_path, var):
+    field = var.lower()
+    monkeypatch.setenv(var, "s3://lake-bucket/team/")
+    assert getattr(load_settings(), field) == "s3://lake-bucket/team"
+    monkeypatch.setenv(var, str(tmp_path / "x"))
+    assert getattr(load_settings(), field) == tmp_path / "x"
+    monkeypatch.setenv(var, (tmp_path / "y").as_uri())
+    assert getattr(load_settings(), field) == tmp_path / "y"
+    for bad, why in [
+        ("s3://", "needs a bucket"),
+        ("s3://KEY:wJalrTOPSECRET@bucket/p", "must not embed credentials"),
+        ("gs://bucket/p", "s3://bucket/prefix"),
+    ]:
+        monkeypatch.setenv(var, bad)
+        with pytest.raises(SettingsError, match=f"{var}=.*{why}") as err:
+            load_settings()
+        assert "wJalrTOPSECRET" not in str(err.value)
+
+
+def test_an_s3_data_root_keeps_the_default_sqlite_store_local(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAKETRAIN_HOME", str(tmp_path))
+    monkeypatch.setenv("DATA_ROOT", "s3://data-bucket/p")
+    monkeypatch.delenv("METADATA_DB_URL", raising=False)
+    assert load_settings().database_url == f"sqlite:///{tmp_path / 'var' / 'data' / 'metadata.db'}"
+
+
+def test_the_poll_interval_defaults_by_lake_kind(monkeypatch, tmp_path):
+    monkeypatch.delenv("LAKETRAIN_POLL_SECONDS", raising=False)
+    monkeypatch.setenv("LAKE_DIR", "s3://b/lake")
+    assert load_settings().poll_seconds == 30.0
+    monkeypatch.setenv("LAKE_DIR", str(tmp_path))
+    assert load_settings().poll_seconds == 1.0
+    monkeypatch.setenv("LAKETRAIN_POLL_SECONDS", "0")
+    with pytest.raises(SettingsError, match="LAKETRAIN_POLL_SECONDS"):
+        load_settings()

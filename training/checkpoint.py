@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from training.storage import ObjectStore, join, store_for
+from pipeline.storage import ObjectStore, join, store_for
 
 log = logging.getLogger("training.checkpoint")
 

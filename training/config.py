@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.params import BY_NAME
+from pipeline.training_params import BY_NAME
 
 ENV_PREFIX = "TRAIN_"
 TRUE_WORDS = {"1", "true", "yes", "on"}
@@ -44,7 +44,7 @@ def _f(
 
 
 def _shared(name: str) -> Any:
-    """A field the launchers set too: default, help, choices and bounds from training/params.py
+    """A field the launchers set too: default, help, choices and bounds from pipeline/training_params.py
     (declared there once, for the form, the env contract and this config)."""
     p = BY_NAME[name]
     return field(
@@ -462,7 +462,7 @@ def _check_checkpoint_url(url: str) -> None:
             f"{label}: must not embed credentials (got {shown!r}); set AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY instead"
         )
-    from training.storage import store_for
+    from pipeline.storage import store_for
 
     try:
         store_for(url)

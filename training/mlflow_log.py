@@ -160,7 +160,7 @@ class MlflowRun:
                 self._fail("ending the run", exc)
 
     def _log_checkpoint(self, url: str) -> None:
-        from training.storage import store_for
+        from pipeline.storage import store_for
 
         store = store_for(url)
         self.client.set_tag(self.mlflow_run_id, "laketrain.checkpoint_url", url)

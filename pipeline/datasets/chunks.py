@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from pipeline.datasets.manifest import ManifestError
+from pipeline.storage.durable import fsync_dir, write_once
 
 # Average samples per leaf: ~200 bytes of metadata a sample makes a ~25 KB leaf, so a new
 # version of a million samples that adds 0.1 % rewrites ~1,000 leaves' worth at most (~25 MB)
@@ -301,24 +300,6 @@ def entries_of(samples: Sequence[SampleLike]) -> list[dict]:
 # ---- writing ----------------------------------------------------------------------------------
 
 
-def _write_once(path: Path, data: bytes) -> int:
-    """Write ``path`` unless it exists: temp name, fsync, rename. Bytes written (0: reused)."""
-    if path.exists():
-        return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fdatasync(fh.fileno())
-        os.rename(tmp, path)  # a concurrent writer of the same name wrote the same bytes
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return len(data)
-
-
 def _cuts(
     samples: Sequence[SampleLike], parent: Sequence[tuple[LeafRef, bytes]] | None
 ) -> list[tuple[int, int, str, int, LeafRef | None]]:
@@ -386,8 +367,8 @@ def write_tree(
             continue
         idx = index_bytes(part)
         # The index first: a metadata part on disk means its index is complete too.
-        n = _write_once(idx_path, idx)
-        n += _write_once(meta_path, meta_bytes(part))
+        n = write_once(idx_path, idx)
+        n += write_once(meta_path, meta_bytes(part))
         if n:
             touched_dirs.add(meta_path.parent)
         written += n
@@ -401,7 +382,7 @@ def write_tree(
         raw = node_bytes(group)
         h = hashlib.sha256(raw).hexdigest()
         path = chunk_path(data_root, h, NODE_SUFFIX)
-        n = _write_once(path, raw)
+        n = write_once(path, raw)
         node = NodeRef(h, sum(c.count for c in group), sum(c.bytes for c in group))
         nodes.append(node)
         if n:
@@ -409,17 +390,9 @@ def write_tree(
             new_nodes.append(node)
         written += n
     for folder in touched_dirs:
-        _fsync_dir(folder)
+        fsync_dir(folder)
     bounds = [(c[0], c[1]) for c in cuts]
     return Tree(leaves, nodes, new_leaves, new_nodes, written, bounds)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---- reading ----------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+from pipeline.storage.durable import fsync_dir, write_bytes_atomically
+
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
@@ -109,13 +111,6 @@ def check_format_version(manifest: dict, source: object) -> None:
         )
 
 
-def write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fdatasync(fh.fileno())
-
-
 def write_all_synced(folder: Path, files: list[tuple[str, bytes]]) -> None:
     """Write every file, then fdatasync each, in the order given. Syncing after all the writes
     lets the first sync's journal commit carry the other files' blocks too (ext4), so a version's
@@ -132,14 +127,6 @@ def write_all_synced(folder: Path, files: list[tuple[str, bytes]]) -> None:
     finally:
         for fh in handles:
             fh.close()
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def manifest_bytes(manifest: dict) -> bytes:
@@ -181,12 +168,9 @@ def read_head(data_root: Path, dataset: str) -> dict | None:
 def write_head(data_root: Path, dataset: str, head: dict) -> None:
     """Replace the HEAD file atomically: temp file, fsync, rename, fsync of the folder. A
     reader sees the old HEAD or the new one, never a part of either."""
-    path = head_path(data_root, dataset)
-    tmp = path.with_name(f".{HEAD}.{os.getpid()}.tmp")
     data = {"format_version": HEAD_FORMAT_VERSION, **head}
-    write_synced(tmp, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    raw = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    write_bytes_atomically(head_path(data_root, dataset), raw)
 
 
 def read_head_history(data_root: Path, dataset: str) -> list[dict]:

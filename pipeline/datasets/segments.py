@@ -30,6 +30,7 @@ import numpy as np
 
 from pipeline.datasets.errors import BuildError
 from pipeline.datasets.hooks import pause_hook
+from pipeline.storage.durable import fsync_dir, write_synced
 
 SEGMENT_FORMAT_VERSION = 1
 FORMATS = ("npy", "zarr")
@@ -127,10 +128,10 @@ def write_segment(
             "sha256": sha,
             **info,
         }
-        _write_file_synced(tmp / INFO_NAME, json.dumps(full_info, sort_keys=True).encode())
+        write_synced(tmp / INFO_NAME, json.dumps(full_info, sort_keys=True).encode())
         if fmt == "npy":
             _fsync_files([tmp / "x.npy", tmp / "y.npy"])
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         pause_hook("segment_before_rename")
         try:
             os.rename(tmp, final)
@@ -146,7 +147,7 @@ def write_segment(
                 os.rename(tmp, final)
             else:
                 raise
-        _fsync_dir(root)
+        fsync_dir(root)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         # A full disk says "No space left on device" without a name: say which segment.
@@ -278,18 +279,3 @@ def _save_zarr(path: Path, x: np.ndarray, y: np.ndarray) -> None:
         if file.is_file():
             with open(file, "rb+") as fh:
                 os.fsync(fh.fileno())
-
-
-def _write_file_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-# The training fields, their defaults and choices are declared once in training/params.py
+# The training fields, their defaults and choices are declared once in pipeline/training_params.py
 # (stdlib only): the form, this contract and the trainer's config derive from it. AMP_MODES
 # and MODELS are re-exported for the callers that name them here.
-from training.params import AMP_MODES, FIELDS, MODELS  # noqa: F401
+from pipeline.training_params import AMP_MODES, FIELDS, MODELS  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class TrainParams:
     """The parameters a run is launched with (the train DAG's form, resolved).
 
     The training fields (epochs ... seed) take their defaults and checks from
-    ``training.params.FIELDS``; the rest say what runs where: ``launcher``, ``gpus``, and for a
+    ``pipeline.training_params.FIELDS``; the rest say what runs where: ``launcher``, ``gpus``, and for a
     user's own trainer ``image`` (docker/kubernetes; empty = ``LAKETRAIN_TRAINER_IMAGE``),
     ``command`` (empty = the built-in trainer), ``env`` (extra variables) and the Kubernetes
     ``cpu``/``memory`` requests (empty = none).

@@ -40,7 +40,7 @@ def _aws_env(aws_conn_id: str = "aws_default") -> Iterator[None]:
 
 def read_result(run_id: str) -> dict[str, Any] | None:
     """The trainer's ``CHECKPOINT_URL/<RUN_ID>/result.json``, or None when it wrote none."""
-    from training.storage import store_for
+    from pipeline.storage import store_for
 
     url = result_url(run_id)
     with _aws_env():

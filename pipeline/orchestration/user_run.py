@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.orchestration.env_contract import ContractError, TrainerEnv, TrainParams
-from training.params import FIELDS
+from pipeline.training_params import FIELDS
 
 USER_FLAGS = ("--command", "--image")
 DOCKER_CLIENT_VARS = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH")

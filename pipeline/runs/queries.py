@@ -225,7 +225,7 @@ def run_metrics(row: dict[str, Any]) -> dict[str, Any]:
         return out
     out["source"] = f"{base}/metrics.jsonl"
     try:
-        from training.storage import store_for
+        from pipeline.storage import store_for
 
         objects = store_for(out["source"])
         text = objects.read_bytes(out["source"]).decode()

@@ -18,7 +18,7 @@ def params_of(row: dict[str, Any], *, launcher: str = "local") -> Any:
     run's id, never ``latest``; a run recorded by the trainer alone (no launcher) takes its
     fields from its config, and the built-in trainer as its command."""
     from pipeline.orchestration.env_contract import TrainParams
-    from training.params import FIELDS
+    from pipeline.training_params import FIELDS
 
     p = {**(row.get("config") or {}), **(row.get("params") or {})}
     # The launcher's command words; none recorded: the built-in trainer (whose own argv flags

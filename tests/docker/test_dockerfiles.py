@@ -138,6 +138,9 @@ def test_airflow_image_installs_the_airflow_extra_and_no_torch(airflow: Dockerfi
         ), provider
     copied = {copy_sources(i)[0].rstrip("/") for i in airflow.final.of("COPY")}
     assert {"dags", "pipeline", "recipes"} <= copied
+    # The trainer's package stays out: the DAG side gets storage and the training parameters
+    # from pipeline/ (tests/orchestration/test_without_training.py proves it runs without it).
+    assert "training" not in copied
 
 
 def test_airflow_image_runs_as_the_airflow_user(airflow: Dockerfile) -> None:

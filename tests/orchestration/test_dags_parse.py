@@ -116,7 +116,7 @@ def test_train_form_has_every_field_documented(tmp_path: Path) -> None:
         n for n in list_recipes(REPO / "recipes") if n != "photos"
     ]
     assert dag["params"]["launcher"]["enum"] == ["local", "docker", "kubernetes"]
-    # the form once lacked resnet50, which the trainer has (one declaration: training/params.py)
+    # the form once lacked resnet50, which the trainer has (one declaration: pipeline/training_params.py)
     assert dag["params"]["model"]["enum"] == ["auto", "resnet", "resnet50", "mlp"]
     assert dag["param_defaults"]["lr"] == 0.003
     assert dag["param_defaults"]["command"] == "python -m training"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.orchestration.test_dag_runs import write_digits_subset
-from tests.training.conftest import (
+from tests.s3_fixtures import (
     TEST_ACCESS_KEY_ID,
     TEST_REGION,
     TEST_SECRET_ACCESS_KEY,

@@ -1,4 +1,4 @@
-"""The training parameters are declared once (training/params.py): the train form, the launch
+"""The training parameters are declared once (pipeline/training_params.py): the train form, the launch
 contract (TrainParams → TRAIN_<FIELD>) and the trainer's config must agree with it, field by
 field: defaults, choices, bounds and the round trip through the environment."""
 
@@ -7,12 +7,11 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pipeline.orchestration.env_contract import MODELS, TrainParams
-from training.params import FIELDS
+from pipeline.training_params import FIELDS
 
 from .test_dags_parse import REPO, parse
 
@@ -25,9 +24,10 @@ def form(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_params_module_imports_with_the_standard_library_only() -> None:
     code = (
-        "import sys, training.params; "
+        "import sys, pipeline.training_params; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('torch', 'airflow', 'numpy', 'pydantic', 'sqlalchemy', 'pipeline')); "
+        "('torch', 'airflow', 'numpy', 'pydantic', 'sqlalchemy', 'pipeline', 'training') "
+        "and m not in ('pipeline', 'pipeline.training_params')); "
         "print(bad); sys.exit(1 if bad else 0)"
     )
     proc = subprocess.run(
@@ -129,4 +129,4 @@ def test_every_config_field_the_params_module_does_not_declare_is_the_trainers_o
         if fld.metadata.get("shared")
     }
     assert shared == declared
-    assert Path(REPO / "training" / "params.py").exists()
+    assert (REPO / "pipeline" / "training_params.py").exists()

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.orchestration.sqs import datasets_from_messages, records_of
 from pipeline.orchestration.trigger import SqsLakeTrigger
-from tests.training.conftest import (
+from tests.s3_fixtures import (
     TEST_ACCESS_KEY_ID,
     TEST_REGION,
     TEST_SECRET_ACCESS_KEY,

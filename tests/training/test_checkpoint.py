@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training.conftest import TEST_SECRET_ACCESS_KEY
+from pipeline.storage import LocalStore, join, store_for
+from tests.s3_fixtures import TEST_SECRET_ACCESS_KEY
 from training.checkpoint import MARKER, STATE_FILE, CheckpointError, CheckpointManager
-from training.storage import LocalStore, join, store_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -240,7 +240,7 @@ KILL_CHILD = textwrap.dedent(
     import sys, time, torch
     from pathlib import Path
     from training.checkpoint import CheckpointManager
-    from training.storage import LocalStore
+    from pipeline.storage import LocalStore
 
     base, flag = sys.argv[1], Path(sys.argv[2])
     mgr = CheckpointManager(base, "run-k")

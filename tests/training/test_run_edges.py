@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.training.conftest import (
+from tests.s3_fixtures import (
     TEST_ACCESS_KEY_ID,
     TEST_SECRET_ACCESS_KEY,
     SilentServer,

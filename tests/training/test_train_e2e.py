@@ -223,7 +223,7 @@ def test_s3_checkpoints_preempt_and_resume_bitwise(
     digits: dict[str, Any], reference: dict[str, Any], moto_server: Any
 ) -> None:
     """The same run against a real moto_server over HTTP (boto3's AWS_* variables only)."""
-    from tests.training.conftest import TEST_SECRET_ACCESS_KEY
+    from tests.s3_fixtures import TEST_SECRET_ACCESS_KEY
 
     base = f"{moto_server.url}/checkpoints"
     env = base_env(digits, base, "on-s3", **RESUME_CFG)

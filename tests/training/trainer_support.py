@@ -3,8 +3,8 @@ pipeline from the sample lake, the environment a `python -m training` subprocess
 small in-memory reader with the VersionReader interface for unit tests of single parts (NaN
 samples, forged manifests and leaking splits cannot come out of the real pipeline, by design).
 
-Test modules define thin fixtures over these functions (tests/training/conftest.py belongs to
-the checkpoint tests)."""
+Test modules define thin fixtures over these functions (the S3 fixtures live in
+tests/s3_fixtures.py)."""
 
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def test_the_diagnosis_lines_the_trainer_wrote_are_on_the_page(client, runs):
     and the page shows it (the trainer's own file, read back, not recomputed)."""
     import json
 
-    from training.storage import store_for
+    from pipeline.storage import store_for
 
     r = client.get(f"/api/runs/{runs.b}").json()
     url = r["run_url"] + "/diagnosis.json"

@@ -18,6 +18,7 @@ from pipeline.datasets.build.values import (
 )
 from pipeline.datasets.chunks import META_SUFFIX, LeafRef, Tree, chunk_relpath, write_tree
 from pipeline.datasets.hooks import pause_hook
+from pipeline.storage.durable import fsync_dir
 
 # What json.dumps does to one string (ensure_ascii), without its per-call checks: this runs
 # once per sample on every commit.
@@ -71,11 +72,11 @@ class VersionWriter:
         # place (the publish point). A staging folder is never read, only removed, so its files
         # need no order among themselves: one batch of syncs.
         mf.write_all_synced(self.staging, [*self._files, (mf.MANIFEST, raw)])
-        mf.fsync_dir(self.staging)
+        fsync_dir(self.staging)
         pause_hook("commit_staged")
         os.rename(self.staging, self.folder)
         self.published = True
-        mf.fsync_dir(self.folder.parent)
+        fsync_dir(self.folder.parent)
         return hashlib.sha256(raw).hexdigest()
 
 

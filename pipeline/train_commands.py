@@ -1,4 +1,6 @@
-"""CLI commands of the training area (``laketrain train``). Imports torch only when run."""
+"""The ``laketrain train`` command. It lives on the data side so that the Airflow image, which
+carries no ``training/`` package and no torch, still has it for user commands and images; the
+built-in trainer is imported only when it runs."""
 
 import typer
 
@@ -26,6 +28,15 @@ def register(app: typer.Typer) -> None:
             from pipeline.orchestration.user_run import run
 
             raise typer.Exit(run(list(ctx.args)))
-        from training.__main__ import main
-
+        try:
+            from training.__main__ import main
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("training", "torch"):
+                raise
+            typer.echo(
+                "error: the built-in trainer is not installed here (pip install 'laketrain"
+                "[training]'); a command of your own runs with `laketrain train --command ...`",
+                err=True,
+            )
+            raise typer.Exit(2) from None
         raise typer.Exit(main(list(ctx.args)))

@@ -7,8 +7,8 @@
 - ``start_moto`` (a plain function) starts a PRIVATE server, for tests that kill it.
 - ``SilentServer``: a TCP server that accepts and never answers, i.e. a hung S3 endpoint.
 
-Other areas reuse these: ``from tests.training.conftest import MotoS3, start_moto`` or move
-the fixture up a level.
+``tests/conftest.py`` registers the fixtures for every test folder; helpers are imported from
+here (``from tests.s3_fixtures import MotoS3, start_moto``).
 """
 
 from __future__ import annotations

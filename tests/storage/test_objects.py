@@ -1,4 +1,4 @@
-"""training.storage on both backends: local files and a real moto_server over HTTP."""
+"""pipeline.storage on both backends: local files and a real moto_server over HTTP."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.training.conftest import TEST_SECRET_ACCESS_KEY, SilentServer, set_aws_env
-from training import storage
-from training.storage import (
+from pipeline.storage import (
     LocalStore,
     ObjectStore,
     S3Store,
@@ -21,6 +19,8 @@ from training.storage import (
     join,
     store_for,
 )
+from pipeline.storage import s3 as storage
+from tests.s3_fixtures import TEST_SECRET_ACCESS_KEY, SilentServer, set_aws_env
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -128,6 +128,7 @@ def test_local_list_ignores_in_flight_temp_files(tmp_path: Path) -> None:
     root = tmp_path / "objects"
     (root / "run").mkdir(parents=True)
     (root / "run" / ".state.pt.abc123.tmp").write_bytes(b"half")
+    (root / "run" / ".tmp-state.pt.123.abcd").write_bytes(b"half")
     (root / "run" / "done").write_bytes(b"x")
     assert LocalStore().list(root.as_uri() + "/run") == [root.as_uri() + "/run/done"]
 
@@ -223,7 +224,7 @@ def _in_thread(fn: Any, limit_s: float = 120) -> BaseException | None:
 def test_a_hung_s3_endpoint_fails_with_the_url_after_bounded_logged_retries(
     silent_endpoint: SilentServer, call: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="training.storage")
+    caplog.set_level(logging.WARNING, logger="pipeline.storage")
     store = S3Store()
     url = "s3://bucket/runs/r1/latest"
     src = tmp_path / "f.bin"

@@ -1,0 +1,90 @@
+"""Durable local writes, one owner: a file appears whole or not at all, and survives a power cut
+once its writer returns.
+
+Every writer of laketrain's immutable files (manifests, HEAD, chunks, segments, checkpoints
+on ``file://``) goes through these three helpers: write to a temp name in the same folder,
+fsync, rename, fsync the folder (the rename itself is only durable once its folder is synced).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make renames into ``directory`` durable (a commit marker must survive a power cut)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+TEMP_PREFIX = ".tmp-"  # listings and gc recognise in-flight writes by it
+
+
+def _temp_name(dest: Path) -> Path:
+    return dest.with_name(f"{TEMP_PREFIX}{dest.name}.{os.getpid()}.{secrets.token_hex(4)}")
+
+
+def replace_atomically(
+    dest: Path, write: Callable[[Path], object], *, sync_dir: bool = True
+) -> None:
+    """Run ``write(tmp)`` then rename ``tmp`` over ``dest``: a reader sees the old file or the
+    new one, never part of either. The temp file is removed if ``write`` fails."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(dest)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if sync_dir:
+        fsync_dir(dest.parent)
+
+
+def write_bytes_atomically(dest: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace ``dest`` with ``data`` atomically (temp + fsync + rename + folder fsync)."""
+    replace_atomically(dest, lambda tmp: tmp.write_bytes(data), sync_dir=sync_dir)
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Write and fdatasync a file inside a staging folder that is published whole by one
+    rename (a segment's folder, a version's staging folder): no temp name of its own."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fdatasync(fh.fileno())
+
+
+def write_once(dest: Path, data: bytes) -> int:
+    """Write a content-addressed file unless it exists; bytes written (0: reused). The caller
+    syncs the folder once after a batch of these (one flush for many files). Two writers of the
+    same name write the same bytes, so whichever rename lands last is harmless."""
+    dest = Path(dest)
+    if dest.exists():
+        return 0
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(dest)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fdatasync(fh.fileno())
+        os.rename(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return len(data)
