@@ -192,7 +192,9 @@ def _moves(session: Session, dataset: str, *, after_id: int) -> list[dict]:
 
 
 @contextmanager
-def synced_after(store: MetadataStore, data_root: Path, dataset: str) -> Iterator[None]:
+def synced_after(
+    store: MetadataStore, data_root: Path, dataset: str, *, remote: str | None = None
+) -> Iterator[None]:
     """Sync the HEAD file when the block ends without an error. Entered BEFORE the store
     session (``with synced_after(...), store.session() as s:``), it runs after the session
     has committed, which is the order the module docstring explains.
@@ -200,11 +202,18 @@ def synced_after(store: MetadataStore, data_root: Path, dataset: str) -> Iterato
     A failed sync is logged, not raised: the version and the head are committed by then, and
     a commit that failed now would be retried as "no change", losing the dataset event of a
     move that did happen. The files stay one move behind (a complete version) until the next
-    commit of the dataset syncs them."""
+    commit of the dataset syncs them.
+
+    ``remote``: the ``s3://`` data root whose work root ``data_root`` is; its HEAD objects are
+    synced too (``pipeline.datasets.publish.sync_head_remote``), under the same rule."""
     yield
     pause_hook("head_committed")  # store committed, HEAD file not yet synced (crash tests)
     try:
         sync_head_file(store, data_root, dataset)
+        if remote is not None:
+            from pipeline.datasets.publish import sync_head_remote
+
+            sync_head_remote(store, remote, dataset)
     except (OSError, SQLAlchemyError) as exc:
         log.warning(
             "dataset %s: the head is committed in the store, but %s could not be updated "

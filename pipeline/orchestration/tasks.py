@@ -153,10 +153,11 @@ def commit_dataset(dataset: str, segments: list[Mapping[str, Any]] | None) -> di
 
 def log_quality_summary(version: Any, *, logger: logging.Logger) -> None:
     """One line of the version's quality report (from its manifest) in the commit log."""
+    from pipeline.datasets.dataroot import work_root
     from pipeline.datasets.quality.report import QualityReport
-    from pipeline.settings import get_settings
 
-    manifest = get_settings().data_root / version.path / "manifest.json"  # path: under DATA_ROOT
+    # Under DATA_ROOT, or the work root the commit published an s3:// DATA_ROOT from.
+    manifest = work_root() / version.path / "manifest.json"
     try:
         report = json.loads(manifest.read_text()).get("quality")
     except (OSError, ValueError, TypeError):

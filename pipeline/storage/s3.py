@@ -220,6 +220,22 @@ class S3Store:
 
         return sorted(self._call("list of", prefix_url, pages))
 
+    def list_sizes(self, prefix_url: str) -> dict[str, int]:
+        """URL → size of every object below the "directory" ``prefix_url`` (one paginated
+        LIST): what a publisher needs to skip objects that are already there, whole."""
+        bucket, key = split_s3_url(prefix_url)
+        prefix = key.rstrip("/") + "/" if key.strip("/") else ""
+
+        def pages() -> dict[str, int]:
+            out: dict[str, int] = {}
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    out[f"s3://{bucket}/{obj['Key']}"] = int(obj["Size"])
+            return out
+
+        return self._call("list of", prefix_url, pages)
+
     def exists(self, url: str) -> bool:
         bucket, key = split_s3_url(url)
         try:

@@ -19,7 +19,7 @@ from pipeline.datasets.build.assemble import path_diff
 from pipeline.datasets.build.committing import commit
 from pipeline.datasets.build.local import build, run_build
 from pipeline.datasets.build.planning import plan
-from pipeline.datasets.build.processing import process
+from pipeline.datasets.build.published import process
 from pipeline.datasets.build.record import delete_processed_for_segments
 from pipeline.datasets.build.values import (
     BuildReport,

@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from pipeline.datasets import head
+from pipeline.datasets import dataroot, head, publish, pull
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.assemble import (
     _assemble,
@@ -87,12 +87,18 @@ def commit(
     from pipeline.datasets.recipes import load_sidecar
 
     settings = _settings()
-    data_root = Path(data_root or settings.data_root)
+    # An s3:// DATA_ROOT: build in its local work root, publish to S3 (dataroot.py).
+    data_root, remote = dataroot.resolve(data_root)
     lake = Path(lake or settings.lake_dir)
     store = store or open_store()
     recipe = _recipe(dataset)
     rh = recipe.recipe_hash
     refs = [SegmentRef.from_dict(r) if isinstance(r, dict) else r for r in segments or []]
+    if remote is not None:
+        # Written by process tasks on other workers: bring them (and the head's chunks) here,
+        # so that everything below reads local files, as with a local DATA_ROOT (pull.py).
+        for ref in refs:
+            pull.pull_segment(remote, data_root, ref.path)
     if refs:
         with store.session() as session:
             recorded = set(
@@ -110,6 +116,8 @@ def commit(
                 folder = data_root / ref.path
                 if ref.segment_id not in recorded and (folder / "segment.json").is_file():
                     _record_segment(store, dataset, read_info(folder))
+    if remote is not None:
+        pull.for_commit(store, data_root, remote, dataset, rh)
     pause_hook("before_commit")
     sidecar = load_sidecar(lake / dataset, recipe)
     ensure_lock_row(store, DatasetLock, dataset)
@@ -119,7 +127,7 @@ def commit(
     # cannot drop a chunk this commit reuses between finding it and recording the version.
     with (
         segments_guard(data_root),
-        head.synced_after(store, data_root, dataset),
+        head.synced_after(store, data_root, dataset, remote=remote),
         store.session() as session,
     ):
         take_lock_row(session, DatasetLock, dataset)
@@ -166,6 +174,9 @@ def commit(
         _clean_staging(folder.parent)
         clean_stale_temps(data_root, rh)
         tree = None
+        if remote is not None:
+            # Published on S3 before a crash (by any worker), never recorded: that one is it.
+            pull.pull_version(remote, data_root, dataset, version_id)
         if (folder / mf.MANIFEST).is_file():
             # Published before a crash, never recorded: keep what is on disk (same content).
             manifest, manifest_sha = mf.read_manifest(folder)
@@ -201,6 +212,10 @@ def commit(
                     writer.add(mf.INVALID, invalid_bytes(invalid))
                     manifest["chunks"] = tree.manifest_section()
                     manifest_sha = writer.publish(manifest)
+        if remote is not None:
+            # Every object, the manifest last, BEFORE the store records the version: a version
+            # the store (or a HEAD) names is always readable from S3 (publish.py).
+            publish.publish_version(data_root, remote, dataset, version_id)
         pause_hook("commit_renamed")
         gate = at_commit.judge_manifest(manifest, recipe.quality)
         row = DatasetVersion(

@@ -10,8 +10,8 @@ from sqlalchemy import select
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.values import (
     _Processed,
-    _settings,
 )
+from pipeline.datasets.dataroot import work_root
 from pipeline.datasets.segments import (
     read_info,
 )
@@ -143,7 +143,7 @@ def _segment_shape(seg: Segment | None) -> list[int] | None:
     if seg is None:
         return None
     try:
-        return read_info(_settings().data_root / seg.path)["x_shape"]
+        return read_info(work_root() / seg.path)["x_shape"]
     except (OSError, KeyError, ValueError):
         return None
 

@@ -10,7 +10,7 @@ from pipeline.datasets.build.committing import (
     commit,
 )
 from pipeline.datasets.build.planning import plan
-from pipeline.datasets.build.processing import process
+from pipeline.datasets.build.published import process
 from pipeline.datasets.build.values import (
     BuildReport,
     SegmentRef,
@@ -20,6 +20,7 @@ from pipeline.datasets.build.values import (
     _settings,
 )
 from pipeline.datasets.buildlock import build_lock
+from pipeline.datasets.dataroot import work_root
 from pipeline.datasets.pool import worker_pool
 from pipeline.metadata.store import MetadataStore, open_store
 
@@ -52,7 +53,7 @@ def run_build(
     workers = workers or settings.hash_workers
     report = BuildReport(dataset, None)
     _recipe(dataset)  # a bad recipe fails before anything else happens
-    folder = mf.datasets_root(settings.data_root) / dataset
+    folder = mf.datasets_root(work_root()) / dataset
     with build_lock(folder, dataset, wait=wait, on_wait=on_wait) as lock_fd:
         clock = time.perf_counter()
         if scan_first:

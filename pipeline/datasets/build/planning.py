@@ -11,6 +11,7 @@ from pipeline.datasets.build.values import (
     _recipe,
     _settings,
 )
+from pipeline.datasets.dataroot import work_root
 from pipeline.datasets.leases import (
     relied_on_segments,
     take_lease,
@@ -50,11 +51,10 @@ def plan(
     store = store or open_store()
     # Under the segments lock (gc holds it exclusively), read what is processed and lease the
     # segments holding it: no gc can drop them between this plan and its commit (leases.py).
-    with segments_guard(settings.data_root), store.session() as session:
+    root = work_root()  # DATA_ROOT, or the local work root of an s3:// one (dataroot.py)
+    with segments_guard(root), store.session() as session:
         files = _files_to_process(session, dataset, rh)
-        take_lease(
-            settings.data_root, dataset, rh, relied_on_segments(session, dataset, rh), kind="plan"
-        )
+        take_lease(root, dataset, rh, relied_on_segments(session, dataset, rh), kind="plan")
     todo: dict[str, ShardFile] = {}
     for path, md5, size in files:
         if recipe.is_sidecar(path):

@@ -264,13 +264,12 @@ def approve(
         v = _resolve(session, ref, dataset)
         name = v.dataset
     ensure_lock_row(store, DatasetLock, name)
-    if data_root is None:
-        from pipeline.settings import get_settings
+    from pipeline.datasets import dataroot
 
-        data_root = Path(get_settings().data_root)
+    local, remote = dataroot.resolve(data_root)  # an s3:// DATA_ROOT: its HEAD objects too
     # The dataset's lock row: an approval and a commit of the same dataset never interleave
     # (the commit reads the head; the approval may move it). The HEAD file follows the store.
-    with head.synced_after(store, Path(data_root), name), store.session() as session:
+    with head.synced_after(store, local, name, remote=remote), store.session() as session:
         take_lock_row(session, DatasetLock, name)
         v = session.get(DatasetVersion, v.version_id)
         if v.status == VERSION_COMMITTED:
