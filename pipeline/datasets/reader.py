@@ -3,6 +3,8 @@
 ``open_version`` resolves a version from the metadata store when one is given (or
 METADATA_DB_URL is set), and otherwise from the files on disk (``latest`` from the dataset's
 HEAD file, the rest from the manifests), so a training container needs nothing but DATA_ROOT.
+An ``s3://`` DATA_ROOT is read through the local cache (``remote_reader.py``): the same
+reader, over checked local copies.
 
 npy segments are memory-mapped lazily, per process: the maps are opened on first use and
 re-opened in a process that inherited them (a DataLoader worker), because a mapping must not be
@@ -49,11 +51,16 @@ def open_version(
         from pipeline.settings import get_settings
 
         data_root = get_settings().data_root
-    data_root = Path(data_root)
     if store is None and os.environ.get("METADATA_DB_URL"):
         from pipeline.metadata.store import open_store
 
         store = open_store()
+    if isinstance(data_root, str) and data_root.startswith("s3://"):
+        # Fetched into the local cache, checked, then read there (remote_reader.py).
+        from pipeline.datasets.remote_reader import open_remote
+
+        return open_remote(data_root.rstrip("/"), name, version, store=store)
+    data_root = Path(data_root)
     if store is not None:
         from pipeline.datasets.queries import resolve_version
 
@@ -122,6 +129,11 @@ class VersionReader:
             None  # row shape, dtype, bytes
         )
         self._chunks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        # A version read from an s3:// DATA_ROOT (remote_reader.py): the cache pins that keep
+        # its objects from eviction while this reader or a split view lives, and what fetches
+        # the metadata parts on first use.
+        self._keep: tuple = ()
+        self._before_meta: Any = None
         _live_readers.add(self)
 
     # ---- identity ----------------------------------------------------------------------------
@@ -264,9 +276,11 @@ class VersionReader:
         is_val = self._val_all[self._indices]
         subset = self._indices[is_val if name == "val" else ~is_val]
         shared = (self._seg_all, self._row_all, self._y_all, self._val_all, self._md5_all)
-        return VersionReader(
+        view = VersionReader(
             self.folder, self.data_root, _subset=subset, _split=name, _shared=shared
         )
+        view._keep, view._before_meta = self._keep, self._before_meta
+        return view
 
     def shuffled_indices(self, seed: int, *, window_chunks: int = 4) -> np.ndarray:
         """A random order of this reader's indices for one epoch. For zarr it is chunk-aware:
@@ -313,6 +327,8 @@ class VersionReader:
 
     def _metadata_lines(self) -> list[str]:
         if self._meta is None:
+            if self._before_meta is not None:
+                self._before_meta()
             if self._chunked:
                 leaves = walk_leaves(self.data_root, self.manifest["chunks"])
                 text = b"".join(read_meta(self.data_root, leaf.hash) for leaf in leaves).decode()

@@ -22,13 +22,15 @@ deleted (gc'd) versions too (the UI's version page: ``include_deleted=True``); `
 always a committed version.
 With a dataset, only that dataset's versions match. Without a store (a training container),
 the version folders under ``DATA_ROOT/datasets/<dataset>/`` are the versions: a folder with a
-``manifest.json``, never a staging folder.
+``manifest.json``, never a staging folder; on an ``s3://`` DATA_ROOT, the prefixes under it
+that hold a ``manifest.json`` object (written last by the publisher), and its ``HEAD`` object.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -211,43 +213,101 @@ def resolve_on_disk(data_root: Path | str, dataset: str, ref: str) -> Path:
     data_root = Path(data_root)
     folders = _version_folders(data_root, dataset)
     by_name = {p.name: p for p in folders}
+    name = _pick(
+        ref,
+        dataset,
+        sorted(by_name),
+        fields=lambda n: _manifest_fields(by_name[n]),
+        head=lambda: mf.read_head(data_root, dataset),
+        head_where=str(mf.head_path(data_root, dataset)),
+        where=str(folders[0].parent),
+    )
+    return by_name[name]
+
+
+def resolve_on_s3(remote: str, dataset: str, ref: str) -> str:
+    """The version id ``ref`` names, from ``s3://.../datasets/<dataset>/`` alone (its HEAD
+    object and its manifests), by the same rules as the files of a local DATA_ROOT."""
+    from pipeline.datasets import remote_files
+
+    ref = _clean(ref)
+    if not dataset:
+        raise (
+            _latest_needs_dataset()
+            if ref == LATEST
+            else VersionNotFound("resolving a version from the files needs a dataset name")
+        )
+    where = remote_files.dataset_url(remote, dataset)
+    names = remote_files.version_ids(remote, dataset)
+    if not names:
+        raise VersionNotFound(f"dataset {dataset!r} has no published versions under {where}")
+    cache: dict[str, dict] = {}
+
+    def fields(name: str) -> dict:
+        if name not in cache:
+            cache[name] = remote_files.manifest_fields(remote, dataset, name)
+        return cache[name]
+
+    return _pick(
+        ref,
+        dataset,
+        names,
+        fields=fields,
+        head=lambda: remote_files.read_head(remote, dataset),
+        head_where=f"{where}/{mf.HEAD}",
+        where=where,
+    )
+
+
+def _pick(
+    ref: str,
+    dataset: str,
+    names: list[str],
+    *,
+    fields: Callable[[str], dict[str, Any]],
+    head: Callable[[], dict | None],
+    head_where: str,
+    where: str,
+) -> str:
+    """The module's rules over published version ids ``names`` (sorted), whose manifests
+    ``fields`` reads and whose dataset's HEAD ``head`` reads: one version id."""
+    known = set(names)
     if ref == LATEST:
-        head = mf.read_head(data_root, dataset)
-        if head is not None:
-            folder = by_name.get(head["version_id"])
-            if folder is None:
+        current = head()
+        if current is not None:
+            if current["version_id"] not in known:
                 raise VersionNotFound(
-                    f"dataset {dataset!r}: {mf.head_path(data_root, dataset)} names version "
-                    f"{head['version_id']}, which is not published under {folders[0].parent}"
+                    f"dataset {dataset!r}: {head_where} names version "
+                    f"{current['version_id']}, which is not published under {where}"
                 )
-            return folder
+            return current["version_id"]
         # Data from before heads: newest created, the smaller id on a tie (as the store).
         # Only format-1 folders count: every chunked (format 2) version was written by code
         # that keeps a HEAD file, so one without HEAD has no head yet (its only versions are
         # quarantined by the quality gate) and must not become `latest` by being the newest.
-        old = [p for p in folders if _manifest_fields(p).get("format_version", 1) == 1]
+        old = [n for n in names if fields(n).get("format_version", 1) == 1]
         if not old:
             raise VersionNotFound(
                 f"dataset {dataset!r} has no head yet: no version has been approved as latest"
                 " (see `laketrain versions` for quarantined ones)"
             )
-        newest = max(_manifest_fields(p).get("created_at") or "" for p in old)
-        return min(p for p in old if (_manifest_fields(p).get("created_at") or "") == newest)
+        newest = max(fields(n).get("created_at") or "" for n in old)
+        return min(n for n in old if (fields(n).get("created_at") or "") == newest)
     low = ref.lower()
-    if _FULL_ID.fullmatch(low) and low in by_name:
-        return by_name[low]
+    if _FULL_ID.fullmatch(low) and low in known:
+        return low
     # A tag carries its id's first 8 digits: read those manifests first, then all of them.
     m = _TAG_ID.fullmatch(ref)
-    likely = [p for p in folders if m and p.name.startswith(m.group(1))]
-    for p in likely + [p for p in folders if p not in likely]:
-        if _manifest_fields(p).get("tag") == ref:
-            return p
+    likely = [n for n in names if m and n.startswith(m.group(1))]
+    for n in likely + [n for n in names if n not in likely]:
+        if fields(n).get("tag") == ref:
+            return n
     if _PREFIX.fullmatch(low):
-        found = [p for p in folders if p.name.startswith(low)]
+        found = [n for n in names if n.startswith(low)]
         if len(found) == 1:
             return found[0]
         if found:
-            raise _ambiguous(ref, [_manifest_fields(p).get("tag") or p.name for p in found])
+            raise _ambiguous(ref, [fields(n).get("tag") or n for n in found])
     raise _not_found(ref, dataset)
 
 
@@ -271,6 +331,12 @@ def resolve(
         from pipeline.settings import get_settings
 
         data_root = get_settings().data_root
+    if isinstance(data_root, str) and data_root.startswith("s3://"):
+        from pipeline.datasets import remote_files
+
+        vid = resolve_on_s3(data_root, dataset or "", ref)
+        tag = remote_files.manifest_fields(data_root, dataset or "", vid).get("tag") or ""
+        return ResolvedVersion(dataset or "", vid, tag, mf.version_relpath(dataset or "", vid))
     folder = resolve_on_disk(data_root, dataset or "", ref)
     tag = _manifest_fields(folder).get("tag") or ""
     return ResolvedVersion(
