@@ -26,6 +26,11 @@ _FAST = (
     "deleted_at IS NULL AND status IN ('ok', 'invalid') AND size IS NOT NULL "
     "AND mtime_ns IS NOT NULL AND ctime_ns IS NOT NULL AND inode IS NOT NULL"
 )
+# The same for an object of an S3 lake: its key is (size, LastModified, ETag, VersionId).
+_FAST_S3 = (
+    "deleted_at IS NULL AND status IN ('ok', 'invalid') AND size IS NOT NULL "
+    "AND mtime_ns IS NOT NULL AND etag IS NOT NULL"
+)
 _FULL_COLUMNS = (
     "id, path, size, mtime_ns, ctime_ns, inode, md5, status, "
     "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END"
@@ -151,6 +156,21 @@ class LedgerTx:
         sql = (
             f"SELECT path, CASE WHEN {_FAST} THEN size ELSE -1 END, mtime_ns, ctime_ns, inode, "
             "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files WHERE 1 = 1"
+        )
+        cursor = self.conn.cursor()
+        try:
+            cursor.execute(*self._where_dataset(sql, dataset))
+            return {row[0]: row for row in cursor}
+        finally:
+            cursor.close()
+
+    def load_s3_keys(self, dataset: str | None) -> dict[str, tuple]:
+        """``path -> (path, size, mtime_ns, etag, version_id, deleted)``: load_keys for an S3
+        lake (pipeline.lake.s3walk). A row of a local file has no etag, so it gets size -1."""
+        sql = (
+            f"SELECT path, CASE WHEN {_FAST_S3} THEN size ELSE -1 END, mtime_ns, etag, "
+            "version_id, CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files "
+            "WHERE 1 = 1"
         )
         cursor = self.conn.cursor()
         try:

@@ -45,6 +45,7 @@ from pipeline.lake.walk import (
 )
 
 if TYPE_CHECKING:
+    from pipeline.lake.s3hashing import S3HashPool
     from pipeline.metadata.store import MetadataStore
 
 # New ledger rows are inserted in batches of this many as hash results arrive.
@@ -148,7 +149,7 @@ class _Known(NamedTuple):
 
 @gc_paused()
 def scan(
-    lake: Path | None = None,
+    lake: Path | str | None = None,
     *,
     dataset: str | None = None,
     store: MetadataStore | None = None,
@@ -158,18 +159,18 @@ def scan(
     on_total: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> ScanResult:
-    """Scan ``lake`` (default: settings.lake_dir), optionally one dataset, into the ledger."""
+    """Scan ``lake`` (default: settings.lake_dir; a folder, or an ``s3://bucket/prefix``
+    string), optionally one dataset, into the ledger."""
     from pipeline.settings import get_settings
 
     settings = get_settings()
-    lake = Path(lake or settings.lake_dir)
-    if not lake.is_dir():
-        raise FileNotFoundError(f"lake folder does not exist: {lake}")
     if dataset is not None and ("/" in dataset or dataset in ("", ".", "..")):
         raise ValueError(f"dataset must be a first-level lake folder name, got {dataset!r}")
+    lake = _lake_location(lake if lake is not None else settings.lake_dir)
     settle = settings.settle_seconds if settle_seconds is None else settle_seconds
     workers = workers or settings.hash_workers
-    lake_key = os.path.realpath(lake)
+    # The lock row's key: the folder's real path, or the lake's URL.
+    lake_key = lake if isinstance(lake, str) else os.path.realpath(lake)
 
     with _transactions(store, settings.database_url) as transaction:
         with transaction() as tx:
@@ -189,6 +190,22 @@ def scan(
             result.seconds = time.perf_counter() - started
             tx.finish_scan(scan_id, _counts(result), result.seconds)
     return result
+
+
+def _lake_location(lake: Path | str) -> Path | str:
+    """A local lake as a Path that must be a folder; an S3 lake as its URL string."""
+    from pipeline.storage.urls import is_s3, split_s3_url
+
+    if is_s3(lake):
+        split_s3_url(str(lake))  # a malformed URL fails here, naming it
+        return str(lake).rstrip("/")
+    if str(lake).startswith("s3:/"):
+        # Path("s3://b/p") collapsed the scheme: the caller turned the URL into a Path.
+        raise ValueError(f"an S3 lake must be given as an s3://bucket/prefix string, not {lake!r}")
+    lake = Path(lake)
+    if not lake.is_dir():
+        raise FileNotFoundError(f"lake folder does not exist: {lake}")
+    return lake
 
 
 @contextmanager
@@ -215,7 +232,7 @@ def _transactions(store: MetadataStore | None, url: str) -> Iterator[Callable[[]
 def _scan_into(
     tx: LedgerTx,
     result: ScanResult,
-    lake: Path,
+    lake: Path | str,
     dataset: str | None,
     settle: float,
     workers: int,
@@ -225,17 +242,37 @@ def _scan_into(
 ) -> None:
     from pipeline.lake.hashing import HashPool
 
-    fast = FastPath(tx.load_keys(dataset))
+    hasher_pool: HashPool | S3HashPool
+    entries: Iterator[object]
+    if isinstance(lake, str):
+        # An S3 lake (pipeline.lake.s3walk): listings instead of the stat walk, objects
+        # streamed through MD5 on a thread pool; its fast-path key is (size, LastModified,
+        # ETag, VersionId), read off the ledger's etag/version_id columns.
+        from pipeline.lake.s3hashing import S3HashPool
+        from pipeline.lake.s3walk import walk_s3_lake
+        from pipeline.storage.listing import LakeReader
+
+        reader = LakeReader()
+        fast = FastPath(tx.load_s3_keys(dataset))
+        hasher_pool = S3HashPool(reader, on_progress=on_progress)
+        entries = walk_s3_lake(lake, dataset=dataset, fast=fast, reader=reader)
+    else:
+        fast = FastPath(tx.load_keys(dataset))
+        hasher_pool = HashPool(workers, on_progress=on_progress)
+        entries = walk_lake(lake, dataset=dataset, settle_seconds=settle, fast=fast)
     to_hash: list[Candidate] = []
     seen: set[str] = set()  # paths the walk yielded (the fast path's matches are counted)
     unlisted: list[str] = []
     refused: dict[str, Refused] = {}
-    with HashPool(workers, on_progress=on_progress) as hasher:
-        for entry in walk_lake(lake, dataset=dataset, settle_seconds=settle, fast=fast):
+    with hasher_pool as hasher:
+        for entry in entries:
             if type(entry) is Candidate:
                 seen.add(entry.path)
                 to_hash.append(entry)
-                hasher.add(entry.path, entry.abspath)
+                if type(entry.key) is StatKey:
+                    hasher.add(entry.path, entry.abspath)
+                else:
+                    hasher.add(entry.path, entry.abspath, entry.key.version_id)  # type: ignore[call-arg,union-attr]
             elif isinstance(entry, Settling):
                 seen.add(entry.path)  # exists; just not ready
                 result.settling += 1
@@ -283,10 +320,7 @@ def _scan_into(
         for cand, res in zip(to_hash, hasher.iter_results(), strict=True):
             row = _as_known(known.get(cand.path))
             stat_cols = {
-                "size": cand.key.size,
-                "mtime_ns": cand.key.mtime_ns,
-                "ctime_ns": cand.key.ctime_ns,
-                "inode": cand.key.inode,
+                **_key_columns(cand.key),
                 "last_seen": now,
                 "last_scan_id": result.scan_id,
                 "deleted_at": None,
@@ -340,6 +374,8 @@ def _scan_into(
             "mtime_ns": None,
             "ctime_ns": None,
             "inode": None,
+            "etag": None,
+            "version_id": None,
         }
         result.refused.append((entry.path, entry.reason))
         if row is None:
@@ -359,6 +395,28 @@ def _scan_into(
     # no-change rescan more than the rest of the scan together.
     tx.insert_rows(inserts)
     tx.update_rows(updates)
+
+
+def _key_columns(key: object) -> dict[str, object]:
+    """The ledger columns of a change key: a file's stat key, or an object's S3 key (whose
+    LastModified goes to mtime_ns; ctime and inode do not exist in S3)."""
+    if type(key) is StatKey:
+        return {
+            "size": key.size,
+            "mtime_ns": key.mtime_ns,
+            "ctime_ns": key.ctime_ns,
+            "inode": key.inode,
+            "etag": None,
+            "version_id": None,
+        }
+    return {
+        "size": key.size,  # type: ignore[attr-defined]
+        "mtime_ns": key.mtime_ns,  # type: ignore[attr-defined]
+        "ctime_ns": None,
+        "inode": None,
+        "etag": key.etag,  # type: ignore[attr-defined]
+        "version_id": key.version_id,  # type: ignore[attr-defined]
+    }
 
 
 def _collided(reason: str) -> str:

@@ -33,6 +33,12 @@ class LedgerFile(Base):
     mtime_ns: Mapped[int | None] = mapped_column(BigInteger)
     ctime_ns: Mapped[int | None] = mapped_column(BigInteger)
     inode: Mapped[int | None] = mapped_column(BigInteger)
+    etag: Mapped[str | None] = mapped_column(
+        String(255), doc="S3 lake: the object's ETag, part of its change key (never an MD5)"
+    )
+    version_id: Mapped[str | None] = mapped_column(
+        String(1024), doc="S3 lake on a versioned bucket: the object's VersionId"
+    )
     md5: Mapped[str | None] = mapped_column(String(32), index=True)
     status: Mapped[str] = mapped_column(String(16), default=STATUS_OK)
     error: Mapped[str | None] = mapped_column(Text)
