@@ -371,14 +371,24 @@ class SidecarError(ValueError):
     """The labels sidecar of a dataset is missing or malformed; the message names the file and line."""
 
 
-def load_sidecar(dataset_dir: Path, recipe: Recipe) -> dict[str, str]:
+def load_sidecar(dataset_dir: Path | str, recipe: Recipe) -> dict[str, str]:
     """Read ``<dataset_dir>/<labels.file>``: CSV rows ``path,label`` (an optional header row
-    ``path,label``), paths relative to the dataset folder. {} unless the rule is sidecar."""
+    ``path,label``), paths relative to the dataset folder. {} unless the rule is sidecar.
+    ``dataset_dir`` may be a dataset prefix of an S3 lake (one GET)."""
     if recipe.labels.rule != "sidecar":
         return {}
-    path = Path(dataset_dir) / recipe.labels.file
+    location = _lake_location(dataset_dir)
+    path: Path | str
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        if isinstance(location, str):
+            from pipeline.storage.listing import LakeReader
+            from pipeline.storage.urls import join
+
+            path = join(location, recipe.labels.file)
+            text = LakeReader().store.read_bytes(path).decode("utf-8-sig")
+        else:
+            path = location / recipe.labels.file
+            text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise SidecarError(
             f"{path}: labels sidecar not found (recipe labels.rule = 'sidecar')"
@@ -404,14 +414,28 @@ def load_sidecar(dataset_dir: Path, recipe: Recipe) -> dict[str, str]:
 # ---- loading ---------------------------------------------------------------------------------
 
 
-def _settings_dirs(recipes_dir: Path | None, lake_dir: Path | None) -> tuple[Path, Path]:
+def _settings_dirs(
+    recipes_dir: Path | None, lake_dir: Path | str | None
+) -> tuple[Path, Path | str]:
+    """The recipes folder, and the lake: a Path, or an ``s3://`` URL kept a string."""
     if recipes_dir is None or lake_dir is None:
         from pipeline.settings import get_settings
 
         s = get_settings()
         recipes_dir = recipes_dir if recipes_dir is not None else s.recipes_dir
         lake_dir = lake_dir if lake_dir is not None else s.lake_dir
-    return Path(recipes_dir), Path(lake_dir)
+    return Path(recipes_dir), _lake_location(lake_dir)
+
+
+def _lake_location(lake: Path | str) -> Path | str:
+    text = str(lake)
+    if isinstance(lake, Path) and text.startswith("s3:/") and not text.startswith("s3://"):
+        # A caller turned the lake's URL into a Path, which collapsed "s3://" into "s3:/":
+        # the URL is recovered rather than read as a local folder named "s3:".
+        return "s3://" + text[len("s3:/") :]
+    if text.startswith("s3://"):
+        return text.rstrip("/")
+    return Path(lake)
 
 
 def _display(path: Path) -> str:
@@ -510,7 +534,7 @@ def check_dataset_name(dataset: str) -> str:
 
 
 def load_recipe(
-    dataset: str, *, recipes_dir: Path | None = None, lake_dir: Path | None = None
+    dataset: str, *, recipes_dir: Path | None = None, lake_dir: Path | str | None = None
 ) -> Recipe:
     """The recipe of ``dataset``: ``recipes/<dataset>.toml`` when it exists, else the default
     recipe for the file types in ``lake/<dataset>``."""
@@ -550,15 +574,29 @@ def _dataset_files(folder: Path) -> list[Path]:
     return out
 
 
-def default_recipe(dataset: str, lake_dir: Path | None = None) -> Recipe:
+def default_recipe(dataset: str, lake_dir: Path | str | None = None) -> Recipe:
     """The recipe of a folder without one, from its most common file type (ties: image, then
     array, then table): images → 3×64×64 center_crop, labels from the parent folder; .npy →
     the shape/dtype of the first file; CSV/Parquet → label column ``label``, features = the
     first file's other columns."""
     _, lake_dir = _settings_dirs(Path("."), lake_dir)
+    if isinstance(lake_dir, str):
+        # An S3 lake: one listing of the dataset's prefix; a header is read off one GET.
+        from pipeline.lake.s3files import S3DatasetFiles
+
+        with S3DatasetFiles(lake_dir, dataset) as remote:
+            return _default_recipe(
+                dataset, f"default recipe for {remote.url}", remote.paths(), remote.local
+            )
     folder = Path(lake_dir) / dataset
-    source = f"default recipe for {_display(folder)}"
     files = _dataset_files(folder) if folder.is_dir() else []
+    return _default_recipe(dataset, f"default recipe for {_display(folder)}", files, Path)
+
+
+def _default_recipe(
+    dataset: str, source: str, files: list[Any], local: typing.Callable[[Any], Path]
+) -> Recipe:
+    """default_recipe from the dataset's file names; ``local(f)`` is a local copy of one."""
     kinds = Counter()
     for f in files:
         suffix = f.suffix.lower()
@@ -588,7 +626,7 @@ def default_recipe(dataset: str, lake_dir: Path | None = None) -> Recipe:
     if modality == "array":
         for f in files:
             if f.suffix.lower() in ARRAY_SUFFIXES:
-                header = _npy_header(f)
+                header = _npy_header(local(f))
                 if header is not None:
                     shape, dtype = header
                     return parse_recipe(
@@ -600,7 +638,7 @@ def default_recipe(dataset: str, lake_dir: Path | None = None) -> Recipe:
         )
     for f in files:
         if f.suffix.lower() in TABLE_SUFFIXES:
-            columns = _table_columns(f)
+            columns = _table_columns(local(f))
             if columns and "label" in columns:
                 features = [c for c in columns if c != "label"]
                 if features:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.datasets.build.lakesource import LakeSource
 from pipeline.datasets.build.record import (
     _record_segment,
 )
@@ -43,7 +44,7 @@ def process(
     *,
     store: MetadataStore | None = None,
     data_root: Path | None = None,
-    lake: Path | None = None,
+    lake: Path | str | None = None,
     threads: int = 1,
 ) -> SegmentRef:
     """Decode one shard into one segment and record its processed samples. Idempotent: a rerun
@@ -64,7 +65,8 @@ def process(
         shard = Shard.from_dict(shard)
     settings = _settings()
     data_root = Path(data_root or settings.data_root)
-    lake = Path(lake or settings.lake_dir)
+    # A folder, or an s3:// URL kept a string (a Path would collapse its scheme).
+    lake = lake or settings.lake_dir
     store = store or open_store()
     recipe = _recipe(shard.dataset)
     if recipe.recipe_hash != shard.recipe_hash:
@@ -99,23 +101,25 @@ def process(
     def read(f: ShardFile) -> object:
         """The file's decoded samples, its InvalidInput, or None when it changed or went away
         since the scan (left for the next scan, nothing recorded)."""
-        abspath = str(lake / f.path)
-        if _md5_of(abspath) != f.md5:
-            return None
-        try:
-            return pre.decode(abspath, recipe)
-        except InvalidInput as exc:
-            return exc
-        except Exception as exc:
-            # Not a verdict on the file (a transient I/O error, a decoder bug, no memory): fail
-            # the shard, naming the file, rather than mark it invalid for good.
-            raise BuildError(
-                f"{f.path}: cannot decode ({type(exc).__name__}: {exc}); nothing of its shard "
-                "was recorded, rerun the build"
-            ) from exc
+        with source.local_copy(f.path, f.md5) as abspath:
+            if abspath is None:
+                return None
+            try:
+                return pre.decode(abspath, recipe)
+            except InvalidInput as exc:
+                return exc
+            except Exception as exc:
+                # Not a verdict on the file (a transient I/O error, a decoder bug, no memory):
+                # fail the shard, naming the file, rather than mark it invalid for good.
+                raise BuildError(
+                    f"{f.path}: cannot decode ({type(exc).__name__}: {exc}); nothing of its "
+                    "shard was recorded, rerun the build"
+                ) from exc
 
     files = sorted(shard.files, key=lambda f: f.md5)
     with ExitStack() as stack:
+        # A lake folder, or objects GET into a temporary folder (build/lakesource.py).
+        source = stack.enter_context(LakeSource(lake))
         if threads > 1 and len(files) > 1:
             pool = stack.enter_context(ThreadPoolExecutor(min(threads, len(files))))
             results = pool.map(read, files)  # in order, whatever order they finish in
