@@ -25,15 +25,12 @@ def settle_seconds() -> float:
 
 
 def poll_seconds() -> float:
-    """Seconds between two stat walks of the lake watcher (``LAKETRAIN_POLL_SECONDS``)."""
-    raw = os.environ.get("LAKETRAIN_POLL_SECONDS", "1")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"LAKETRAIN_POLL_SECONDS={raw!r}: must be a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"LAKETRAIN_POLL_SECONDS={raw!r}: must be > 0")
-    return value
+    """Seconds between two looks of the lake watcher: ``LAKETRAIN_POLL_SECONDS``, else 30 for
+    an ``s3://`` lake (each poll is a listing, billed per request) and 1 for a folder. A bad
+    value raises SettingsError naming the variable."""
+    from pipeline.settings import get_settings
+
+    return get_settings().poll_seconds
 
 
 def default_launcher() -> str:

@@ -1,4 +1,5 @@
-"""The lake watcher: a ``BaseEventTrigger`` that polls the lake with stat only.
+"""The lake watcher: a ``BaseEventTrigger`` that polls the lake with stat only (a folder) or
+with one listing per poll (an ``s3://`` lake).
 
 It lives in an importable package (not in ``dags/``) because the triggerer imports triggers by
 class path and never sees the dags folder.
@@ -36,19 +37,21 @@ class LakeUnlistable(OSError):
 
 
 def lake_fingerprints(
-    lake: str | Path, settle_seconds: float
+    lake: str | Path, settle_seconds: float, reader: Any = None
 ) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
-    """Stat-only fingerprints of every dataset of ``lake``.
+    """Stat-only fingerprints of every dataset of ``lake``; of an ``s3://`` lake, from one
+    listing (:func:`s3_lake_lines`; ``reader`` a LakeReader to reuse).
 
     Returns ``({dataset: {"fp": hex, "files": n}}, datasets_with_settling_files,
     datasets_partly_unlistable)``. Blocking: call it through ``asyncio.to_thread``.
     """
     from pipeline.lake.walk import Candidate, Refused, Settling, Unlistable, walk_lake
+    from pipeline.storage.urls import is_s3
 
+    if is_s3(str(lake)):
+        return _digest(s3_lake_lines(str(lake), reader)), set(), set()
     if not Path(lake).is_dir():
         raise LakeUnlistable(f"lake folder does not exist: {lake}")
-    digests: dict[str, Any] = {}
-    counts: dict[str, int] = {}
     settling: set[str] = set()
     unlistable: set[str] = set()
     entries = []
@@ -68,6 +71,13 @@ def lake_fingerprints(
             if entry.path == "":
                 raise LakeUnlistable(entry.reason)
             unlistable.add(entry.path.split("/", 1)[0])
+    return _digest(entries), settling, unlistable
+
+
+def _digest(entries: list[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """{dataset: {"fp": hash of its sorted lines, "files": n}} of (lake path, line) pairs."""
+    digests: dict[str, Any] = {}
+    counts: dict[str, int] = {}
     entries.sort()
     for path, line in entries:
         dataset = path.split("/", 1)[0]
@@ -77,8 +87,37 @@ def lake_fingerprints(
         h.update(line.encode("utf-8", "surrogateescape"))
         h.update(b"\n")
         counts[dataset] = counts.get(dataset, 0) + 1
-    fingerprints = {d: {"fp": h.hexdigest(), "files": counts[d]} for d, h in digests.items()}
-    return fingerprints, settling, unlistable
+    return {d: {"fp": h.hexdigest(), "files": counts[d]} for d, h in digests.items()}
+
+
+def s3_lake_lines(lake: str, reader: Any = None) -> list[tuple[str, str]]:
+    """The listing mode, for a lake in S3 without SQS (MinIO): ONE paginated listing of the
+    whole lake prefix per poll, nothing read. Each object the scan would look at is a line
+    (key, size, ETag, LastModified), so any PUT, overwrite or delete moves its dataset's
+    fingerprint. A PUT is atomic, so nothing settles. A listing that fails after its retries
+    is LakeUnlistable: not an emptied lake."""
+    from pipeline.lake.s3walk import is_ignored_key, segment_problem
+    from pipeline.storage.errors import StorageError
+    from pipeline.storage.listing import LakeReader, prefix_of
+
+    _, prefix = prefix_of(lake)
+    try:
+        objects = list((reader or LakeReader()).objects(lake))
+    except StorageError as exc:
+        raise LakeUnlistable(str(exc)) from exc
+    lines = []
+    for o in objects:
+        rel = o.key[len(prefix) :]
+        dataset = rel.split("/", 1)[0]
+        if "/" not in rel or not dataset or dataset.startswith((".", "_")):
+            continue  # outside a dataset folder: the scan reports it, nothing to ingest
+        if rel.endswith("/") and o.size == 0:
+            continue  # a console's "folder" marker
+        if segment_problem(rel) is None and is_ignored_key(rel):
+            continue
+        # A refused key is a line too: ingest records the refusal where people look for it.
+        lines.append((rel, f"{rel}\0{o.size}\0{o.etag}\0{o.mtime_ns}"))
+    return lines
 
 
 def diff_fingerprints(
@@ -103,8 +142,11 @@ def diff_fingerprints(
 class LakeTrigger(BaseEventTrigger):
     """Fire when a lake dataset's settled files changed.
 
-    :param lake: the lake root (a local folder).
-    :param poll_seconds: seconds between two stat walks.
+    :param lake: the lake root: a local folder, or ``s3://bucket/prefix`` (listing mode: one
+        LIST pass of the lake per poll, a fingerprint per dataset prefix; for S3-compatible
+        stores without SQS, such as MinIO).
+    :param poll_seconds: seconds between two looks (``LAKETRAIN_POLL_SECONDS``; the DAG's
+        default is 30 for an S3 lake, 1 for a folder).
     :param settle_seconds: files modified more recently are not ready (same rule as the scan).
     :param max_defer_seconds: a dataset still receiving files (some are settling) is held back
         so that a burst of copies becomes one event, but never longer than this.
@@ -129,6 +171,7 @@ class LakeTrigger(BaseEventTrigger):
         self._memory_state: dict[str, Any] = {}  # used only when no asset state store is injected
         self._deferred_since: dict[str, float] = {}
         self._pending_state: dict[str, Any] = {}
+        self._reader: Any = None  # one S3 client for every poll of an S3 lake
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -167,8 +210,12 @@ class LakeTrigger(BaseEventTrigger):
         """One stat walk: an event when settled changes are ready, else None. State is saved
         by the caller after the event was handed over (see run)."""
         started = time.perf_counter()
+        if self._reader is None and self.lake.startswith("s3://"):
+            from pipeline.storage.listing import LakeReader
+
+            self._reader = LakeReader()
         current, settling, unlistable = await asyncio.to_thread(
-            lake_fingerprints, self.lake, self.settle_seconds
+            lake_fingerprints, self.lake, self.settle_seconds, self._reader
         )
         saved = await self._load_state()
         for name in unlistable:
@@ -211,10 +258,12 @@ class LakeTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         self.log.info(
-            "watching lake %s every %.1fs (settle %.1fs)",
+            "watching lake %s every %.1fs (%s)",
             self.lake,
             self.poll_seconds,
-            self.settle_seconds,
+            "one listing per poll"
+            if self.lake.startswith("s3://")
+            else f"settle {self.settle_seconds:.1f}s",
         )
         while True:
             try:
@@ -305,7 +354,7 @@ class SqsLakeTrigger(BaseEventTrigger):
 
     def receive(self, client: Any) -> tuple[TriggerEvent | None, list[dict[str, str]]]:
         """One long poll: (an event or None, the receipts to delete). Blocking."""
-        from pipeline.orchestration.sqs import datasets_from_messages
+        from pipeline.orchestration.s3events import datasets_from_messages
 
         resp = client.receive_message(
             QueueUrl=self.queue_url,
