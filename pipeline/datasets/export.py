@@ -27,13 +27,21 @@ _BATCH = 2048
 
 
 def open_ref(
-    ref: str, *, dataset: str | None = None, data_root: Path | None = None, store: Any | None = None
+    ref: str,
+    *,
+    dataset: str | None = None,
+    data_root: Path | str | None = None,
+    store: Any | None = None,
 ) -> VersionReader:
     """Open a version by id / prefix / tag (``latest`` needs ``dataset``), from the store when
-    there is one, else by looking through every dataset's folder on disk."""
+    there is one, else by looking through every dataset's folder on disk (or, on an
+    ``s3://`` DATA_ROOT, every dataset prefix with a published manifest)."""
     from pipeline.settings import get_settings
+    from pipeline.storage.urls import is_s3
 
-    data_root = Path(data_root or get_settings().data_root)
+    data_root = data_root or get_settings().data_root
+    if not is_s3(data_root):
+        data_root = Path(data_root)
     if dataset is not None:
         return open_version(dataset, ref, data_root=data_root, store=store)
     if store is None and os.environ.get("METADATA_DB_URL"):
@@ -45,14 +53,23 @@ def open_ref(
 
         row = resolve_version(ref, store=store)
         return open_version(row["dataset"], row["version_id"], data_root=data_root, store=store)
-    root = mf.datasets_root(data_root)
+    if is_s3(data_root):
+        from pipeline.datasets.remote_files import datasets
+
+        names = datasets(str(data_root))
+    else:
+        root = mf.datasets_root(data_root)
+        names = [
+            p.name
+            for p in (sorted(root.iterdir()) if root.is_dir() else [])
+            if p.is_dir() and not p.name.startswith(".")
+        ]
     found: list[VersionReader] = []
-    for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        if folder.is_dir() and not folder.name.startswith("."):
-            try:
-                found.append(open_version(folder.name, ref, data_root=data_root))
-            except (mf.VersionNotFound, mf.ManifestError):
-                continue
+    for name in names:
+        try:
+            found.append(open_version(name, ref, data_root=data_root))
+        except (mf.VersionNotFound, mf.ManifestError):
+            continue
     if len(found) != 1:
         raise mf.VersionNotFound(
             f"no version matches {ref!r}"
