@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 CONTAINER_DATA_ROOT = "/data"
 CONTAINER_CHECKPOINTS = "/checkpoints"
+# With an s3:// DATA_ROOT a trainer mounts no data: it reads through its local cache
+# (pipeline/storage/cache.py), here (an emptyDir in a pod, the container's own disk or a named
+# volume under Docker).
+CONTAINER_CACHE = "/cache"
 TRAINER_COMMAND = ["python", "-m", "training"]
 
 
@@ -63,6 +67,11 @@ class LauncherConfig:
     k8s_in_cluster: bool = False
     k8s_config_file: str | None = None
     kill_grace_seconds: float = 30.0
+    # s3:// DATA_ROOT only: the trainer's cache bound (LAKETRAIN_CACHE_MB in the container;
+    # also the size limit of the pod's emptyDir), and a Docker volume that keeps the cache
+    # warm across runs (none: the container's own disk, gone with it).
+    cache_mb: int | None = None
+    docker_cache_volume: str | None = None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> LauncherConfig:
@@ -82,7 +91,18 @@ class LauncherConfig:
             kill_grace_seconds=float(
                 env.get("LAKETRAIN_KILL_GRACE_SECONDS") or d.kill_grace_seconds
             ),
+            cache_mb=_positive_int(env, "LAKETRAIN_TRAINER_CACHE_MB"),
+            docker_cache_volume=env.get("LAKETRAIN_DOCKER_CACHE_VOLUME") or None,
         )
+
+
+def _positive_int(env: Mapping[str, str], var: str) -> int | None:
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{var}={raw!r}: must be a whole number of MB, at least 1")
+    return int(raw)
 
 
 # --------------------------------------------------------------------------- local process
@@ -246,14 +266,27 @@ def _die_with_parent() -> None:
 # --------------------------------------------------------------------------- containers
 
 
-def _container_env(env: TrainerEnv, checkpoint_url: str) -> dict[str, str]:
-    """The public env with host paths replaced by the container's mount points."""
+def data_on_s3(env: TrainerEnv) -> bool:
+    """Whether the run's DATA_ROOT is an s3:// data root (no data volume: a read cache)."""
+    return env.public.get("DATA_ROOT", "").startswith("s3://")
+
+
+def _container_env(
+    env: TrainerEnv, checkpoint_url: str, config: LauncherConfig | None = None
+) -> dict[str, str]:
+    """The public env with host paths replaced by the container's mount points. An s3://
+    DATA_ROOT stays as it is, with the cache in the container's own folder."""
     public = {
         k: v
         for k, v in env.public.items()
         if k not in ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
     }
-    public["DATA_ROOT"] = CONTAINER_DATA_ROOT
+    if data_on_s3(env):
+        public["LAKETRAIN_CACHE_DIR"] = CONTAINER_CACHE
+        if config is not None and config.cache_mb:
+            public["LAKETRAIN_CACHE_MB"] = str(config.cache_mb)
+    else:
+        public["DATA_ROOT"] = CONTAINER_DATA_ROOT
     if checkpoint_url.startswith("file://"):
         public["CHECKPOINT_URL"] = f"file://{CONTAINER_CHECKPOINTS}"
     db = public.get("METADATA_DB_URL", "")
@@ -278,12 +311,29 @@ def docker_kwargs(
 ) -> dict[str, Any]:
     """The DockerOperator's arguments: data mounted read-only, GPUs by device request, the
     secrets in ``private_environment`` (not rendered, not logged). ``image`` (default the
-    trainer image) and ``command`` (default the built-in trainer) run a user's own trainer."""
+    trainer image) and ``command`` (default the built-in trainer) run a user's own trainer.
+    An s3:// DATA_ROOT mounts no data (``host_data_root`` is ignored): the trainer reads it
+    with the AWS variables, through its cache at CONTAINER_CACHE (a named volume when
+    ``config.docker_cache_volume`` names one)."""
     from docker.types import DeviceRequest, Mount
 
-    mounts = [
-        Mount(target=CONTAINER_DATA_ROOT, source=str(host_data_root), type="bind", read_only=True)
-    ]
+    if data_on_s3(env):
+        mounts = []
+        if config.docker_cache_volume:
+            mounts.append(
+                Mount(
+                    target=CONTAINER_CACHE,
+                    source=config.docker_cache_volume,
+                    type="volume",
+                    read_only=False,
+                )
+            )
+    else:
+        mounts = [
+            Mount(
+                target=CONTAINER_DATA_ROOT, source=str(host_data_root), type="bind", read_only=True
+            )
+        ]
     if checkpoint_url.startswith("file://"):
         mounts.append(
             Mount(
@@ -303,7 +353,7 @@ def docker_kwargs(
         "command": None,
         "container_name": f"laketrain-{run_id}"[:128],
         "docker_url": config.docker_url,
-        "environment": _container_env(env, checkpoint_url),
+        "environment": _container_env(env, checkpoint_url, config),
         "private_environment": dict(env.secret),
         "mounts": mounts,
         "device_requests": [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
@@ -340,7 +390,8 @@ def kubernetes_kwargs(
 ) -> dict[str, Any]:
     """The KubernetesPodOperator's arguments. Secrets are NOT copied into the pod spec: the
     pod reads them from the Kubernetes Secret ``config.k8s_aws_secret`` (``env_from``), so they
-    never appear in the rendered pod or in Airflow."""
+    never appear in the rendered pod or in Airflow. An s3:// DATA_ROOT has no PVC: the pod
+    reads it through its cache in an ``emptyDir`` (sized by ``config.cache_mb`` when set)."""
     from kubernetes.client import models as k8s
 
     if checkpoint_url.startswith("file://"):
@@ -348,7 +399,7 @@ def kubernetes_kwargs(
             "CHECKPOINT_URL: the kubernetes launcher needs object storage (s3://...), "
             f"a pod cannot write the scheduler host's {checkpoint_url}"
         )
-    public = _container_env(env, checkpoint_url)
+    public = _container_env(env, checkpoint_url, config)
     tolerations = None
     limits: dict[str, str] = {}
     # Requests only: the scheduler places the pod where they fit; the pod may use more.
@@ -379,6 +430,32 @@ def kubernetes_kwargs(
         ],
         "container_resources": resources,
         "tolerations": tolerations,
+        **_k8s_volumes(env, config),
+        "labels": {"app": "laketrain-trainer", "laketrain/run-id": label_run},
+        "in_cluster": config.k8s_in_cluster,
+        "config_file": config.k8s_config_file,
+        "get_logs": True,
+        "on_finish_action": "delete_succeeded_pod",
+        "do_xcom_push": False,
+        "reattach_on_restart": True,  # a retried task finds its running pod instead of a second one
+    }
+
+
+def _k8s_volumes(env: TrainerEnv, config: LauncherConfig) -> dict[str, Any]:
+    """The data PVC, read-only; or, for an s3:// DATA_ROOT, an emptyDir for the read cache
+    (``LAKETRAIN_CACHE_DIR`` points into it), a little larger than the cache's own bound so
+    that the kubelet never evicts the pod for the cache's bookkeeping files."""
+    from kubernetes.client import models as k8s
+
+    if data_on_s3(env):
+        limit = f"{config.cache_mb + config.cache_mb // 10 + 64}Mi" if config.cache_mb else None
+        return {
+            "volumes": [
+                k8s.V1Volume(name="cache", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=limit))
+            ],
+            "volume_mounts": [k8s.V1VolumeMount(name="cache", mount_path=CONTAINER_CACHE)],
+        }
+    return {
         "volumes": [
             k8s.V1Volume(
                 name="data",
@@ -390,13 +467,6 @@ def kubernetes_kwargs(
         "volume_mounts": [
             k8s.V1VolumeMount(name="data", mount_path=CONTAINER_DATA_ROOT, read_only=True)
         ],
-        "labels": {"app": "laketrain-trainer", "laketrain/run-id": label_run},
-        "in_cluster": config.k8s_in_cluster,
-        "config_file": config.k8s_config_file,
-        "get_logs": True,
-        "on_finish_action": "delete_succeeded_pod",
-        "do_xcom_push": False,
-        "reattach_on_restart": True,  # a retried task finds its running pod instead of a second one
     }
 
 

@@ -105,11 +105,13 @@ def docker_run_argv(
         TRAINER_COMMAND,
         _container_env,
         _file_url_path,
+        data_on_s3,
     )
 
     public = _container_env(env, checkpoint_url)
     argv = ["docker", "run", "--rm", "--name", f"laketrain-{run_id}"[:128], "--shm-size", "2g"]
-    argv += ["-v", f"{host_data_root}:{CONTAINER_DATA_ROOT}:ro"]
+    if not data_on_s3(env):  # an s3:// DATA_ROOT is read through the container's own cache
+        argv += ["-v", f"{host_data_root}:{CONTAINER_DATA_ROOT}:ro"]
     if checkpoint_url.startswith("file://"):
         argv += ["-v", f"{_file_url_path(checkpoint_url)}:{CONTAINER_CHECKPOINTS}"]
     if gpus != 0:
