@@ -21,7 +21,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     from pipeline.redact import redact_text, redact_url
-    from training.config import ConfigError, resolve
+    from training.config import ConfigError
+    from training.contract import resolve
     from training.exit_codes import EXIT_CONFIG, EXIT_OK
 
     try:

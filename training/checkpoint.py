@@ -1,22 +1,13 @@
-"""Checkpoints on object storage: local snapshot, background upload, commit marker, resume.
+"""Checkpoints on object storage: local snapshot, background upload, commit, resume, retention.
 
-Layout under ``run_url = <CHECKPOINT_URL>/<RUN_ID>``::
-
-    step-<N>/state.pt      torch.save of the whole state dict the trainer handed to save()
-    step-<N>/COMMIT.json   the commit marker: sha256 and size of every file, written LAST
-    latest                 {"step", "url"} of the newest committed checkpoint (after its marker)
-    best                   {"step", "url", "metric"} of the best committed checkpoint
-    result.json            the run's result (write_result), and any file from upload_file
-
-A checkpoint counts only when its marker exists and every file it lists has that size and
-sha256: a kill or a failed upload at any moment leaves either no marker (ignored) or a whole
-checkpoint. ``load_latest`` walks the step-* folders newest first and skips (with a WARNING
-naming it) any that is incomplete or corrupt, so resume falls back to the previous one. What it
-skipped is kept in ``skipped``; ``unusable`` then says whether the run HAD checkpoints (a step
-folder or a pointer) none of which could be used, which the trainer must not take for a fresh
-run (TRAIN_RESUME). ``best_pointer`` is verified the same way (marker, sizes, sha256): a bad one
-is replaced by the best valid committed checkpoint by its marker's metric, or removed.
-``start_fresh`` ignores the run's checkpoints (TRAIN_RESUME=never).
+The layout and what makes a checkpoint count (its commit marker, sizes and sha256) are in
+training/checkpoint_format.py. ``load_latest`` walks the step-* folders newest first and skips
+(with a WARNING naming it) any that is incomplete or corrupt, so resume falls back to the
+previous one. What it skipped is kept in ``skipped``; ``unusable`` then says whether the run HAD
+checkpoints (a step folder or a pointer) none of which could be used, which the trainer must
+not take for a fresh run (TRAIN_RESUME). ``best_pointer`` is verified the same way (marker,
+sizes, sha256): a bad one is replaced by the best valid committed checkpoint by its marker's
+metric, or removed. ``start_fresh`` ignores the run's checkpoints (TRAIN_RESUME=never).
 
 Saving never stalls on the network: ``save()`` writes a local snapshot (``torch.save`` to
 ``local_dir``, fast) and returns; a background thread hashes, uploads, writes the marker,
@@ -35,32 +26,37 @@ the URL the checkpoint has on rank 0), while load_latest works on every rank.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import re
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from pipeline.storage import ObjectStore, join, store_for
+from training.checkpoint_format import (
+    MARKER,
+    POINTERS,
+    RESULT_FILE,
+    STEP_DIR,
+    check_upload_name,
+    json_bytes,
+    load_verified,
+    marker_bytes,
+    read_marker,
+    snapshot_files,
+    step_dir_name,
+    verify,
+    write_snapshot,
+)
+from training.upload_thread import UploadThread
 
 log = logging.getLogger("training.checkpoint")
 
-MARKER = "COMMIT.json"
-STATE_FILE = "state.pt"
-MARKER_FORMAT = 1
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+=@-]{0,254}$")
-_HASH_CHUNK = 1 << 20
 
 # Called in the upload thread after a checkpoint is committed / after one is deleted by
 # retention, e.g. to record it in the metadata store (pipeline.runs). A hook that raises is
@@ -75,21 +71,6 @@ class CheckpointError(RuntimeError):
 
 class CheckpointInfo(dict):
     """What a commit hook receives: step, url, metric, is_best (a plain dict, JSON-safe)."""
-
-
-def file_digest(path: Path) -> tuple[int, str]:
-    """(size, sha256 hex) of a local file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step}"
 
 
 class CheckpointManager:
@@ -132,10 +113,7 @@ class CheckpointManager:
         )
         self.on_commit = on_commit
         self.on_delete = on_delete
-        self._executor: ThreadPoolExecutor | None = None
-        self._pending: Future[None] | None = None
-        self._error: BaseException | None = None
-        self._lock = threading.Lock()
+        self._uploads = UploadThread("ckpt-upload")
         # The best checkpoint so far: read from the `best` pointer by the first upload, so a
         # resumed run keeps comparing against the best of its earlier attempts.
         self._best: dict[str, Any] | None = None
@@ -188,53 +166,26 @@ class CheckpointManager:
         self.wait()
         self._raise_pending_error()
 
-        snap_dir = self.local_dir / step_dir_name(step)
-        if snap_dir.exists():
-            shutil.rmtree(snap_dir)
-        snap_dir.mkdir(parents=True)
-        tmp = snap_dir / f".{STATE_FILE}.tmp"
-        # torch.save runs synchronously: once it returns, the trainer may go on mutating the
-        # tensors it handed in without touching the snapshot.
-        try:
-            torch.save(state, tmp)
-            _check_weights_only(tmp)
-            tmp.replace(snap_dir / STATE_FILE)
-        except BaseException:
-            shutil.rmtree(snap_dir, ignore_errors=True)
-            raise
+        snap_dir = write_snapshot(state, self.local_dir / step_dir_name(step))
         info = CheckpointInfo(step=step, url=url, metric=metric, is_best=bool(is_best))
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-upload")
-        self._pending = self._executor.submit(self._upload, snap_dir, info)
+        self._uploads.submit(self._upload, snap_dir, info)
         log.info("checkpoint step %d snapshotted locally; uploading to %s", step, url)
         return url
 
     def _upload(self, snap_dir: Path, info: CheckpointInfo) -> None:
         step, url = info["step"], info["url"]
         try:
-            files = {}
-            for path in sorted(
-                p for p in snap_dir.iterdir() if p.is_file() and not p.name.startswith(".")
-            ):
-                size, sha = file_digest(path)
-                files[path.name] = {"size": size, "sha256": sha}
+            files = snapshot_files(snap_dir)
             # Re-saving a step (a resumed run repeating it) must never leave the old marker
             # vouching for new, half-uploaded bytes.
             marker_url = join(url, MARKER)
             self.store.delete(marker_url)
             for name in files:
                 self.store.put_file(snap_dir / name, join(url, name))
-            marker = {
-                "format": MARKER_FORMAT,
-                "run_id": self.run_id,
-                "step": step,
-                "metric": info["metric"],
-                "files": files,
-                "created_at": datetime.now(UTC).isoformat(),
-            }
-            self.store.write_bytes(marker_url, _json_bytes(marker))  # the commit point
+            marker = marker_bytes(self.run_id, step, info["metric"], files)
+            self.store.write_bytes(marker_url, marker)  # the commit point
             self.store.write_bytes(
-                join(self.run_url, "latest"), _json_bytes({"step": step, "url": url})
+                join(self.run_url, "latest"), json_bytes({"step": step, "url": url})
             )
             self._verified_steps.add(step)
             self._invalid_steps.discard(step)
@@ -259,7 +210,7 @@ class CheckpointManager:
         )
         if better:
             self._best = {"step": info["step"], "url": info["url"], "metric": metric}
-            self.store.write_bytes(join(self.run_url, "best"), _json_bytes(self._best))
+            self.store.write_bytes(join(self.run_url, "best"), json_bytes(self._best))
         return bool(better)
 
     def _apply_retention(self, current: int) -> None:
@@ -299,23 +250,12 @@ class CheckpointManager:
 
     # ----------------------------------------------------------------------- errors/wait
     def wait(self) -> None:
-        """Block until the in-flight upload (if any) has finished; never raises."""
-        pending = self._pending
-        if pending is None:
-            return
-        try:
-            pending.result()
-        except BaseException as exc:  # noqa: BLE001 - kept and re-raised by save()/close()
-            with self._lock:
-                if self._error is None:
-                    self._error = exc
-        finally:
-            if self._pending is pending:
-                self._pending = None
+        """Block until the in-flight upload (if any) has finished; never raises (its error is
+        raised by the next save() or close())."""
+        self._uploads.wait()
 
     def _raise_pending_error(self) -> None:
-        with self._lock:
-            exc, self._error = self._error, None
+        exc = self._uploads.take_error()
         if exc is not None:
             raise CheckpointError(f"checkpoint upload under {self.run_url} failed: {exc}") from exc
 
@@ -328,9 +268,7 @@ class CheckpointManager:
             self.wait()
             self._raise_pending_error()
         finally:
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
+            self._uploads.shutdown()
             if self._own_local_dir:
                 shutil.rmtree(self.local_dir, ignore_errors=True)
 
@@ -355,7 +293,7 @@ class CheckpointManager:
         for url in self.store.list(self.run_url):
             rel = url[len(prefix) :] if url.startswith(prefix) else ""
             head, _, rest = rel.partition("/")
-            m = _STEP_DIR.match(head)
+            m = STEP_DIR.match(head)
             if m and rest:
                 out.setdefault(int(m.group(1)), set()).add(rest)
         return out
@@ -374,11 +312,11 @@ class CheckpointManager:
         """
         self.skipped = []
         self.pointers_found = [
-            name for name in ("latest", "best") if self.store.exists(join(self.run_url, name))
+            name for name in POINTERS if self.store.exists(join(self.run_url, name))
         ]
         for step in sorted(self._step_dirs(), reverse=True):
             url = self.step_url(step)
-            state, reason = self._load_verified(url, map_location)
+            state, reason = load_verified(self.store, url, map_location, self.local_dir)
             if state is None:
                 log.warning("checkpoint %s %s; skipping it", url, reason)
                 self.skipped.append({"step": step, "url": url, "reason": reason})
@@ -408,85 +346,15 @@ class CheckpointManager:
         folder or a pointer) and none could be used — as opposed to a fresh run."""
         return self.loaded_step is None and bool(self.skipped or self.pointers_found)
 
-    def _read_marker(self, url: str) -> tuple[dict | None, str | None]:
-        """(the marker's files, None) or (None, why the checkpoint at ``url`` does not count)."""
-        try:
-            raw = self.store.read_bytes(join(url, MARKER))
-        except FileNotFoundError:
-            return None, "has no commit marker (incomplete upload or deleted)"
-        try:
-            marker = json.loads(raw)
-            files = marker["files"]
-            if (
-                marker.get("format") != MARKER_FORMAT
-                or not isinstance(files, dict)
-                or STATE_FILE not in files
-            ):
-                raise ValueError(f"unknown marker format or no {STATE_FILE}")
-        except (ValueError, KeyError, TypeError) as exc:
-            return None, f"has an unreadable commit marker ({exc})"
-        for name in files:
-            if "/" in name or name.startswith("."):
-                return None, f"lists a bad file name {name!r}"
-        return marker, None
-
-    def _fetch_checked(self, url: str, files: dict, tmp_dir: Path) -> str | None:
-        """Download every file the marker lists into ``tmp_dir`` and check its size and
-        sha256; None when all match, else why not."""
-        for name, expect in files.items():
-            local = tmp_dir / name
-            try:
-                self.store.get_file(join(url, name), local)
-            except FileNotFoundError:
-                return f"is missing {name}"
-            size, sha = file_digest(local)
-            if size != expect.get("size") or sha != expect.get("sha256"):
-                return (
-                    f"is corrupt: {name} has size {size} sha256 {sha[:12]}, the marker says "
-                    f"size {expect.get('size')} sha256 {str(expect.get('sha256'))[:12]}"
-                )
-        return None
-
-    def _load_verified(self, url: str, map_location: Any) -> tuple[dict | None, str | None]:
-        marker, reason = self._read_marker(url)
-        if marker is None:
-            return None, reason
-        tmp_dir = Path(tempfile.mkdtemp(prefix="restore-", dir=self._restore_parent()))
-        try:
-            reason = self._fetch_checked(url, marker["files"], tmp_dir)
-            if reason:
-                return None, reason
-            try:
-                path = tmp_dir / STATE_FILE
-                state = torch.load(path, map_location=map_location, weights_only=True)
-            except Exception as exc:
-                return None, f"could not be loaded ({exc})"
-            if not isinstance(state, dict):
-                return None, "does not hold a dict"
-            return state, None
-        finally:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-
     def verify_checkpoint(self, step: int) -> str | None:
         """None when checkpoint ``step`` is committed and every file matches its marker (the
         files are downloaded and hashed, unless this process already did); else why not."""
         if step in self._verified_steps:
             return None
-        marker, reason = self._read_marker(self.step_url(step))
-        if marker is None:
-            return reason
-        tmp_dir = Path(tempfile.mkdtemp(prefix="verify-", dir=self._restore_parent()))
-        try:
-            reason = self._fetch_checked(self.step_url(step), marker["files"], tmp_dir)
-        finally:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
+        reason = verify(self.store, self.step_url(step), self.local_dir)
         if reason is None:
             self._verified_steps.add(step)
         return reason
-
-    def _restore_parent(self) -> Path:
-        self.local_dir.mkdir(parents=True, exist_ok=True)
-        return self.local_dir
 
     # ----------------------------------------------------------------- pointers, extras
     def _read_json(self, url: str) -> dict | None:
@@ -520,7 +388,7 @@ class CheckpointManager:
             if fallback is None:
                 self.store.delete(url)
             else:
-                self.store.write_bytes(url, _json_bytes(fallback))
+                self.store.write_bytes(url, json_bytes(fallback))
         if fallback is None:
             log.warning(
                 "no other checkpoint of run %s has a metric: best pointer removed", self.run_id
@@ -543,7 +411,7 @@ class CheckpointManager:
         for step in self.committed_steps():
             if step == exclude:
                 continue
-            marker, _ = self._read_marker(self.step_url(step))
+            marker, _ = read_marker(self.store, self.step_url(step))
             metric = (marker or {}).get("metric")
             if isinstance(metric, int | float) and math.isfinite(metric):
                 candidates.append((float(metric), step))
@@ -556,7 +424,7 @@ class CheckpointManager:
         """Upload a file beside the checkpoints as ``<run_url>/<name>`` (synchronously).
 
         Returns the URL (None on ranks other than 0)."""
-        _check_name(name)
+        check_upload_name(name)
         if not self.is_writer:
             return None
         url = join(self.run_url, name)
@@ -567,42 +435,9 @@ class CheckpointManager:
         """Write ``<run_url>/result.json`` atomically (rank 0 only)."""
         if not self.is_writer:
             return None
-        url = join(self.run_url, "result.json")
-        self.store.write_bytes(url, _json_bytes(result))
+        url = join(self.run_url, RESULT_FILE)
+        self.store.write_bytes(url, json_bytes(result))
         return url
 
     def read_result(self) -> dict | None:
-        return self._read_json(join(self.run_url, "result.json"))
-
-
-def _check_weights_only(path: Path) -> None:
-    """Refuse, at save time, a state that resume could not load with ``weights_only=True``
-    (a custom class, a numpy RNG tuple...): otherwise every checkpoint of the run would be
-    skipped at resume and training would silently restart from scratch. ``mmap=True`` makes
-    this cheap: only the pickle structure is read, not the tensor bytes."""
-    try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as exc:
-        raise TypeError(
-            "checkpoint state cannot be loaded with torch.load(weights_only=True); keep it to "
-            "tensors, dicts, lists, tuples, str, int, float, bool and None (store numpy RNG "
-            f"state as a tensor or list): {exc}"
-        ) from None
-
-
-def _check_name(name: str) -> None:
-    if (
-        not name
-        or name.startswith((".", "/"))
-        or ".." in name.split("/")
-        or _STEP_DIR.match(name.split("/")[0])
-    ):
-        raise ValueError(
-            f"upload name {name!r} is not allowed (relative, no '..', not a step-<N> folder)"
-        )
-    if name in ("latest", "best", "result.json"):
-        raise ValueError(f"upload name {name!r} is reserved")
-
-
-def _json_bytes(obj: dict) -> bytes:
-    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+        return self._read_json(join(self.run_url, RESULT_FILE))

@@ -61,10 +61,6 @@ def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return _all_reduce(t, dist.ReduceOp.SUM, info)
 
 
-def all_reduce_max(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    return _all_reduce(t, dist.ReduceOp.MAX, info)
-
-
 def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
     """Every rank's object, on every rank (used for the per-rank RNG states of a checkpoint)."""
     if not info.enabled:

@@ -19,26 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.amp import AmpPlan, resolve_amp
+from training.amp import AmpPlan
+from training.assembly import assemble
 from training.config import TrainConfig
-from training.data import DeviceTransform, VersionDataset
 from training.distributed import DistInfo, all_reduce_sum, gather_objects
 from training.guards import NonFiniteLossError, batch_paths
-from training.init import init_weights
-from training.losses import (
-    LOWER_IS_BETTER,
-    RegressionLoss,
-    RegressionTarget,
-    build_loss,
-    class_weights,
-)
+from training.losses import LOWER_IS_BETTER
 from training.metrics import memory_mb, peak_memory_mb, regression_metrics, regression_sums
-from training.models import build_model, enable_grad_checkpointing, pick_architecture
 from training.recorder import RunReport
 from training.runtime import (  # noqa: F401 - re-exported: the loop's public surface
     SignalFlag,
@@ -53,7 +44,6 @@ from training.runtime import (  # noqa: F401 - re-exported: the loop's public su
     restore_rng,
     seed_everything,
 )
-from training.schedule import default_warmup, make_scheduler
 
 log = logging.getLogger("training")
 
@@ -79,11 +69,6 @@ class FitResult:
     epochs_done: int
     steps: int
     final_val: dict[str, Any] = field(default_factory=dict)
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    model = getattr(model, "_orig_mod", model)  # torch.compile
-    return getattr(model, "module", model)  # DDP
 
 
 class Trainer:
@@ -119,119 +104,31 @@ class Trainer:
         self.stop_flag = stop_flag
         self.info = dict(info or {})
         self.on_step: Callable[[Trainer], None] | None = None
-        rt = cfg.runtime
 
-        configure_backends(cfg, self.device)
-        self.plan: AmpPlan = resolve_amp(rt.amp, self.device)
-        self.scaler = self.plan.make_scaler()
+        parts = assemble(cfg, train_reader, val_reader, self.device, self.dist)
+        self.plan: AmpPlan = parts.plan
+        self.scaler = parts.scaler
+        self.task, self.regression = parts.shape.task, parts.shape.regression
+        self.num_classes, self.sample_shape = parts.shape.num_classes, parts.shape.sample_shape
+        self.arch = parts.shape.arch
+        self.model = parts.nets.model  # the plain module: state dicts, init, eval
+        self.train_model: nn.Module = parts.nets.train_model
+        self.segments, self.channels_last = parts.nets.segments, parts.nets.channels_last
+        self.optimizer, self.scheduler = parts.optimizer, parts.scheduler
+        self.data, self.val_data = parts.data, parts.val_data
+        self.steps_per_epoch, self.total_steps = parts.steps_per_epoch, parts.total_steps
+        self.warmup = parts.warmup
+        self.loss_fn: nn.Module = parts.objective.loss_fn
+        self.target = parts.objective.target
+        self.transform = parts.transform
+        self.metric_name = parts.metric_name
 
-        # A regression version (float32 targets) gets a one-output head and RegressionLoss.
-        self.task = getattr(train_reader, "task", "classification")
-        self.regression = self.task == "regression"
-        classes = list(train_reader.classes)
-        self.num_classes = 1 if self.regression else max(len(classes), 1)
-        self.sample_shape = tuple(
-            getattr(train_reader, "sample_shape", None) or train_reader.get_batch([0])[0].shape[1:]
-        )
-        self.arch = pick_architecture(
-            cfg.model.model, getattr(train_reader, "modality", "image"), self.sample_shape
-        )
-
-        # The model is built (and initialised) from the run's seed on every rank; a checkpoint
-        # overwrites it later in load_state_dict and is never re-initialised.
-        seed_everything(rt.seed)
-        model = build_model(
-            self.arch,
-            self.sample_shape,
-            self.num_classes,
-            width=cfg.model.width,
-            depth=cfg.model.depth,
-            activation=cfg.model.activation,
-            dropout=cfg.model.dropout,
-        )
-        init_weights(model, cfg.model.activation)
-        self.segments = (
-            enable_grad_checkpointing(model, rt.checkpoint_segments) if rt.grad_checkpointing else 0
-        )
-        self.channels_last = (
-            rt.channels_last == "on" or (rt.channels_last == "auto" and self.device.type == "cuda")
-        ) and len(self.sample_shape) == 3
-        model = model.to(self.device)
-        if self.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        self.model = model  # the plain module: state dicts, init, eval
-        self.train_model: nn.Module = model
-        if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            self.train_model = DDP(
-                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
-        if rt.compile:
-            self.train_model = torch.compile(self.train_model, backend=rt.compile_backend)
-        # Dropout and other global-RNG users differ per rank, as in any DDP run.
-        torch.manual_seed(rt.seed + 1_000_003 * self.dist.rank)
-
-        self.optimizer = build_optimizer(model, cfg)
-        self.data = VersionDataset(
-            train_reader,
-            batch_size=cfg.data.batch_size,
-            seed=rt.seed,
-            rank=self.dist.rank,
-            world_size=self.dist.world_size,
-            num_workers=cfg.data.num_workers,
-            pin_memory=self.device.type == "cuda",
-        )
-        self.steps_per_epoch = len(self.data)
-        self.total_steps = self.steps_per_epoch * rt.epochs
-        self.warmup = default_warmup(self.total_steps, cfg.optim.warmup_steps)
-        self.scheduler = make_scheduler(
-            self.optimizer, warmup=self.warmup, total=self.total_steps, floor=cfg.optim.min_lr_ratio
-        )
-        if self.regression:
-            self.target = RegressionTarget(
-                np.asarray(train_reader.labels(), dtype=np.float64), cfg.loss.target_transform
-            ).to(self.device)
-            self.loss_fn: nn.Module = RegressionLoss(
-                self.target, cfg.loss.regression_loss, cfg.loss.huber_delta
-            ).to(self.device)
-        else:
-            counts = np.bincount(
-                np.asarray(train_reader.labels(), dtype=np.int64), minlength=self.num_classes
-            )
-            weight = class_weights(cfg.loss.class_weights, counts.tolist(), self.num_classes)
-            self.loss_fn = build_loss(
-                cfg.loss.loss,
-                label_smoothing=cfg.loss.label_smoothing,
-                focal_gamma=cfg.loss.focal_gamma,
-                weight=weight.to(self.device) if weight is not None else None,
-            ).to(self.device)
-        self.transform = DeviceTransform.build(
-            getattr(train_reader, "mean", None),
-            getattr(train_reader, "std", None),
-            self.sample_shape,
-            self.device,
-            channels_last=self.channels_last,
-            augment=cfg.data.augment,
-            seed=rt.seed,
-        )
-        self.val_data = VersionDataset(
-            val_reader,
-            batch_size=cfg.data.eval_batch_size,
-            shuffle=False,
-            drop_last=False,
-            rank=self.dist.rank,
-            world_size=self.dist.world_size,
-        )
-
+        # Where the run stands: what a checkpoint saves and load_state_dict restores.
         self.step = 0
         self.epoch = 0
         self.sums = EpochSums()
         self.best_metric: float | None = None
         self.best_step: int | None = None
-        self.metric_name = cfg.checkpoint.metric
-        if self.regression and self.metric_name == "val_accuracy":
-            self.metric_name = "val_rmse"  # a regressor has no accuracy: the default becomes RMSE
         self.report = report or RunReport(
             None, rank=self.dist.rank, metrics_path=metrics_path, metric_name=self.metric_name
         )
@@ -249,12 +146,7 @@ class Trainer:
         rng = gather_objects(capture_rng(self.device), self.dist)
         # The epoch's running sums of every rank, added up: a resume on any world size then
         # carries them on rank 0 alone (load_state_dict), and the epoch's mean stays right.
-        sums = all_reduce_sum(
-            torch.tensor(
-                [self.sums.loss_sum, self.sums.correct, self.sums.seen], dtype=torch.float64
-            ),
-            self.dist,
-        )
+        sums = self._summed_epoch()
         return {
             "format": STATE_FORMAT,
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
@@ -282,6 +174,12 @@ class Trainer:
             "device": str(self.device),
             **{k: v for k, v in self.info.items() if k not in ("model",)},
         }
+
+    def _summed_epoch(self) -> torch.Tensor:
+        """(loss sum, correct, seen) of the running epoch, added up over the ranks
+        (collective)."""
+        sums = [self.sums.loss_sum, self.sums.correct, self.sums.seen]
+        return all_reduce_sum(torch.tensor(sums, dtype=torch.float64), self.dist)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("format") != STATE_FORMAT:
@@ -465,12 +363,7 @@ class Trainer:
     def _end_epoch(self) -> None:
         rt = self.cfg.runtime
         val = self.evaluate()
-        sums = all_reduce_sum(
-            torch.tensor(
-                [self.sums.loss_sum, self.sums.correct, self.sums.seen], dtype=torch.float64
-            ),
-            self.dist,
-        )
+        sums = self._summed_epoch()
         seen = max(float(sums[2]), 1.0)
         record: dict[str, Any] = {
             "kind": "epoch",

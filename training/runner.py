@@ -26,7 +26,8 @@ import torch
 from pipeline.redact import redact_text
 from pipeline.settings import SettingsError
 from training import api
-from training.config import ConfigError, RunTarget, TrainConfig
+from training.config import ConfigError, TrainConfig
+from training.contract import RunTarget
 from training.distributed import (
     DistInfo,
     barrier,

@@ -80,7 +80,7 @@ def test_data_mount_source_is_the_host_path_not_the_containers(launched) -> None
 
 
 def test_trainer_config_accepts_the_environment_it_is_given(launched, services) -> None:
-    from training.config import resolve
+    from training.contract import resolve
 
     op = launched["op"]
     env = container_env(op)

@@ -76,7 +76,7 @@ def test_the_trainer_config_has_the_declared_defaults_choices_and_help() -> None
 @pytest.mark.parametrize("model", MODELS)
 def test_every_value_the_form_sends_the_trainer_reads_back(model: str) -> None:
     """TRAIN_<FIELD> from the launcher → training.config: the same values, no config error."""
-    from training.config import resolve
+    from training.contract import resolve
 
     params = TrainParams(
         dataset="digits",

@@ -19,7 +19,8 @@ import torch
 
 from pipeline.storage import LocalStore, join, store_for
 from tests.s3_fixtures import TEST_SECRET_ACCESS_KEY
-from training.checkpoint import MARKER, STATE_FILE, CheckpointError, CheckpointManager
+from training.checkpoint import CheckpointError, CheckpointManager
+from training.checkpoint_format import MARKER, STATE_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from training.config import ConfigError, TrainConfig, build_config, field_index, resolve
+from training.config import ConfigError, TrainConfig, build_config, field_index
+from training.contract import resolve
 
 BASE = {"DATASET_NAME": "digits", "RUN_ID": "r1", "CHECKPOINT_URL": "file:///tmp/x"}
 
