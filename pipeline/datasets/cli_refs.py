@@ -37,7 +37,7 @@ def datasets_with_versions(store: MetadataStore | None = None) -> list[str]:
         )
 
 
-def known_datasets(lake_dir: Path | None, store: MetadataStore | None = None) -> list[str]:
+def known_datasets(lake_dir: Path | str | None, store: MetadataStore | None = None) -> list[str]:
     """Every dataset name the platform knows: with versions, in the ledger, or a lake folder
     (so `versions pets` right after a drop is an empty list, not an error)."""
     store = store or open_store()
@@ -47,7 +47,13 @@ def known_datasets(lake_dir: Path | None, store: MetadataStore | None = None) ->
                 select(LedgerFile.dataset).where(LedgerFile.deleted_at.is_(None)).distinct()
             )
         )
-    if lake_dir is not None and Path(lake_dir).is_dir():
+    if isinstance(lake_dir, str) and lake_dir.startswith("s3://"):
+        from pipeline.storage.listing import LakeReader
+
+        # One delimited listing: the lake's first-level prefixes.
+        folders, _ = LakeReader().top_level(lake_dir)
+        names |= {n for n in folders if not n.startswith((".", "_"))}
+    elif lake_dir is not None and Path(lake_dir).is_dir():
         with os.scandir(lake_dir) as entries:
             names |= {
                 e.name
@@ -86,7 +92,12 @@ def dataset_for_refs(
 
 
 def lake_path_candidates(
-    arg: str, *, dataset: str | None, lake_dir: Path, datasets: list[str], cwd: Path | None = None
+    arg: str,
+    *,
+    dataset: str | None,
+    lake_dir: Path | str,
+    datasets: list[str],
+    cwd: Path | None = None,
 ) -> list[str]:
     """The lake paths (posix, relative to the lake root) a file argument may mean, most
     specific first: an absolute path or a cwd-relative path that lies in the lake
@@ -98,12 +109,25 @@ def lake_path_candidates(
     key = arg.strip()
     if _MD5.fullmatch(key):
         return [key]
+    shown = lake_dir
+    if isinstance(lake_dir, str) and lake_dir.startswith("s3://"):
+        # An S3 lake: an object URL under it names its lake path; a plain path is relative.
+        root = lake_dir.rstrip("/") + "/"
+        if key.startswith("s3://"):
+            if not key.startswith(root) or key == root:
+                raise ValueError(f"{arg} is not inside the lake ({lake_dir})")
+            return [key[len(root) :]]
+        lake_dir = None  # type: ignore[assignment]
     p = Path(key)
     out: list[str] = []
-    inside = _inside_lake(lake_dir, p if p.is_absolute() else (cwd or Path.cwd()) / p)
+    inside = (
+        None
+        if lake_dir is None
+        else _inside_lake(lake_dir, p if p.is_absolute() else (cwd or Path.cwd()) / p)
+    )
     if p.is_absolute():
         if inside is None:
-            raise ValueError(f"{arg} is not inside the lake ({lake_dir})")
+            raise ValueError(f"{arg} is not inside the lake ({shown})")
         return [escape_path(inside)]
     if inside is not None:
         out.append(inside)
@@ -147,7 +171,7 @@ def lake_file_holders(
     arg: str,
     *,
     dataset: str | None,
-    lake_dir: Path,
+    lake_dir: Path | str,
     store: MetadataStore | None = None,
     cwd: Path | None = None,
 ) -> Holders:

@@ -194,11 +194,12 @@ def scan(
 
 def _lake_location(lake: Path | str) -> Path | str:
     """A local lake as a Path that must be a folder; an S3 lake as its URL string."""
-    from pipeline.storage.urls import is_s3, split_s3_url
+    if isinstance(lake, str) and lake.startswith("s3://"):
+        # Imported only here: a scan of a folder does not load the storage layer.
+        from pipeline.storage.urls import split_s3_url
 
-    if is_s3(lake):
-        split_s3_url(str(lake))  # a malformed URL fails here, naming it
-        return str(lake).rstrip("/")
+        split_s3_url(lake)  # a malformed URL fails here, naming it
+        return lake.rstrip("/")
     if str(lake).startswith("s3:/"):
         # Path("s3://b/p") collapsed the scheme: the caller turned the URL into a Path.
         raise ValueError(f"an S3 lake must be given as an s3://bucket/prefix string, not {lake!r}")

@@ -60,7 +60,7 @@ def check_dataset(name: Any, *, field: str = "dataset") -> str:
 
 
 def untrainable_reason(
-    dataset: str, *, recipes_dir: Path | None = None, lake_dir: Path | None = None
+    dataset: str, *, recipes_dir: Path | None = None, lake_dir: Path | str | None = None
 ) -> str | None:
     """Why ``dataset`` cannot be trained, judged from its recipe and the top level of its lake
     folder only (cheap enough for parse time: no database, no walk of the lake); None when it
@@ -71,7 +71,10 @@ def untrainable_reason(
         recipe = load_recipe(dataset, recipes_dir=recipes_dir, lake_dir=lake_dir)
     except ValueError as exc:
         return f"recipe not usable: {exc}"
-    return labels_problem(recipe, _lake_dir(lake_dir) / dataset)
+    lake = _lake_dir(lake_dir)
+    # An S3 lake is not looked at: this runs at DAG parse time, which makes no network call;
+    # files directly in its dataset prefix are left out as invalid by the build instead.
+    return labels_problem(recipe, None if lake is None else lake / dataset)
 
 
 def labels_problem(recipe: Any, folder: Path | None = None) -> str | None:
@@ -87,12 +90,15 @@ def labels_problem(recipe: Any, folder: Path | None = None) -> str | None:
     return None
 
 
-def _lake_dir(lake_dir: Path | None) -> Path:
-    if lake_dir is not None:
-        return Path(lake_dir)
-    from pipeline.settings import get_settings
+def _lake_dir(lake_dir: Path | str | None) -> Path | None:
+    """The lake folder; None for an ``s3://`` lake (a Path would collapse its URL)."""
+    if lake_dir is None:
+        from pipeline.settings import get_settings
 
-    return Path(get_settings().lake_dir)
+        lake_dir = get_settings().lake_dir
+    if isinstance(lake_dir, str) and lake_dir.startswith("s3://"):
+        return None
+    return Path(lake_dir)
 
 
 def _has_files_but_no_class_folder(folder: Path) -> bool:

@@ -75,8 +75,8 @@ class LakeReader:
         client = self.store.client
         try:
             resp = self.store._call(
-                "versioning check of",
-                f"s3://{bucket}",
+                "versioning check of the bucket of",
+                url,
                 lambda: client.get_bucket_versioning(Bucket=bucket),
             )
         except StorageError as exc:
