@@ -96,9 +96,41 @@ def run_versions(session: Session) -> set[str]:
 
 
 def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: float) -> GcPlan:
+    heads = kept_heads(session, data_root)  # what latest names: kept whatever keep_last says
+    plan, kept_segments = plan_versions(session, heads, keep_last)
+    now = time.time()
+    known: set[str] = set()
+    leased = leased_segments(data_root)  # what in-flight builds count on (leases.py)
+    for seg in session.scalars(select(Segment)):
+        known.add(seg.path)
+        if seg.segment_id in kept_segments or seg.n_rows == 0:
+            continue
+        if seg.segment_id in leased:
+            plan.kept_for_builds.append(seg.segment_id)
+            continue
+        if now - seg.created_at.timestamp() < min_age_s or not _old(
+            data_root / seg.path, now, min_age_s
+        ):
+            continue  # young, or just reused by a build (process() touches what it reuses)
+        plan.segments.append(
+            {
+                "segment_id": seg.segment_id,
+                "path": seg.path,
+                "bytes": seg.size_bytes,
+                "recorded": True,
+            }
+        )
+        plan.bytes += seg.size_bytes
+    return _plan_files(session, data_root, plan, known, leased, now, min_age_s)
+
+
+def plan_versions(
+    session: Session, heads: set[str], keep_last: int | None
+) -> tuple[GcPlan, set[str]]:
+    """The versions gc drops (beyond ``keep_last``, never a head nor one a run used), and the
+    segments the versions it keeps reference. The same rules for every kind of DATA_ROOT."""
     plan = GcPlan(keep_last)
     used = run_versions(session)
-    heads = kept_heads(session, data_root)  # what latest names: kept whatever keep_last says
     versions = list(
         session.scalars(
             select(DatasetVersion)
@@ -132,29 +164,18 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
                 )
             )
         )
-    now = time.time()
-    known: set[str] = set()
-    leased = leased_segments(data_root)  # what in-flight builds count on (leases.py)
-    for seg in session.scalars(select(Segment)):
-        known.add(seg.path)
-        if seg.segment_id in kept_segments or seg.n_rows == 0:
-            continue
-        if seg.segment_id in leased:
-            plan.kept_for_builds.append(seg.segment_id)
-            continue
-        if now - seg.created_at.timestamp() < min_age_s or not _old(
-            data_root / seg.path, now, min_age_s
-        ):
-            continue  # young, or just reused by a build (process() touches what it reuses)
-        plan.segments.append(
-            {
-                "segment_id": seg.segment_id,
-                "path": seg.path,
-                "bytes": seg.size_bytes,
-                "recorded": True,
-            }
-        )
-        plan.bytes += seg.size_bytes
+    return plan, kept_segments
+
+
+def _plan_files(
+    session: Session,
+    data_root: Path,
+    plan: GcPlan,
+    known: set[str],
+    leased: set[str],
+    now: float,
+    min_age_s: float,
+) -> GcPlan:
     # Segment folders the store never recorded (a build killed between rename and record).
     seg_root = data_root / "segments"
     for rh_dir in sorted(seg_root.iterdir()) if seg_root.is_dir() else []:
@@ -221,17 +242,28 @@ def collect(
     apply: bool = False,
     min_age_s: float = DEFAULT_MIN_AGE_S,
     store: MetadataStore | None = None,
-    data_root: Path | None = None,
+    data_root: Path | str | None = None,
 ) -> GcPlan:
-    """Plan (and with ``apply``, carry out) a garbage collection; return what it covers."""
+    """Plan (and with ``apply``, carry out) a garbage collection; return what it covers.
+    An ``s3://`` data root is collected by ``gc_s3.py`` under the same rules."""
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"--keep-last must be at least 1 (got {keep_last})")
     if data_root is None:
         from pipeline.settings import get_settings
 
         data_root = get_settings().data_root
-    data_root = Path(data_root)
     store = store or open_store()
+    if isinstance(data_root, str) and data_root.startswith("s3://"):
+        from pipeline.datasets import gc_s3  # the same rules over the bucket's objects
+
+        return gc_s3.collect(
+            data_root.rstrip("/"),
+            keep_last=keep_last,
+            apply=apply,
+            min_age_s=min_age_s,
+            store=store,
+        )
+    data_root = Path(data_root)
     if not apply:
         with store.session() as session:
             return _plan(session, data_root, keep_last, min_age_s)
@@ -249,22 +281,7 @@ def _apply(
         # Every dataset's lock row: commits wait until gc is done.
         session.execute(update(DatasetLock).values(holder="gc", since=utcnow()))
         plan = _plan(session, data_root, keep_last, min_age_s)
-        now = utcnow()
-        for v in plan.versions:
-            vid = v["version_id"]
-            session.execute(
-                update(DatasetVersion)
-                .where(DatasetVersion.version_id == vid)
-                .values(status=VERSION_DELETED, deleted_at=now)
-            )
-            session.execute(delete(VersionSample).where(VersionSample.version_id == vid))
-            session.execute(delete(VersionInvalid).where(VersionInvalid.version_id == vid))
-            session.execute(delete(VersionSegment).where(VersionSegment.version_id == vid))
-            session.execute(delete(VersionChunk).where(VersionChunk.version_id == vid))
-        delete_chunks(session, data_root, plan.chunks)
-        delete_processed_for_segments(
-            session, [s["segment_id"] for s in plan.segments if s["recorded"]]
-        )
+        drop_rows(session, data_root, plan)
     # Files go only once the rows are gone for good: a crash in between leaves unrecorded
     # folders, which the next gc collects as leftovers.
     for v in plan.versions:
@@ -277,3 +294,25 @@ def _apply(
     clean_stale_temps(data_root)
     prune_expired(data_root)  # leases of builds that died long ago
     return plan
+
+
+def drop_rows(session: Session, data_root: Path, plan: GcPlan) -> None:
+    """The store's part of applying ``plan``: versions marked deleted, their rows, the dropped
+    chunks' and segments' rows (in ``session``, which the caller commits before any file
+    goes)."""
+    now = utcnow()
+    for v in plan.versions:
+        vid = v["version_id"]
+        session.execute(
+            update(DatasetVersion)
+            .where(DatasetVersion.version_id == vid)
+            .values(status=VERSION_DELETED, deleted_at=now)
+        )
+        session.execute(delete(VersionSample).where(VersionSample.version_id == vid))
+        session.execute(delete(VersionInvalid).where(VersionInvalid.version_id == vid))
+        session.execute(delete(VersionSegment).where(VersionSegment.version_id == vid))
+        session.execute(delete(VersionChunk).where(VersionChunk.version_id == vid))
+    delete_chunks(session, data_root, plan.chunks)
+    delete_processed_for_segments(
+        session, [s["segment_id"] for s in plan.segments if s["recorded"]]
+    )

@@ -110,11 +110,16 @@ def plan_chunks(
     dropped: set[str],
     unrecorded_folders: list[str],
     min_age_s: float,
+    remote: Any = None,
 ) -> list[dict[str, Any]]:
     """The chunks gc removes when it drops the versions ``dropped``: dicts of ``hash``,
     ``kind``, ``bytes``, ``recorded``. ``unrecorded_folders``: version folders (relative to
-    DATA_ROOT) on disk that the store does not record and gc leaves in place."""
-    protected = _on_disk_unrecorded(data_root, unrecorded_folders)
+    DATA_ROOT) on disk that the store does not record and gc leaves in place. ``remote``: an
+    ``s3://`` data root's listing (``gc_s3.Listing``), which then answers for the files."""
+    if remote is not None:
+        protected = remote.unrecorded_chunks(unrecorded_folders)
+    else:
+        protected = _on_disk_unrecorded(data_root, unrecorded_folders)
     # Leaves: of the dropped versions, and rows no version lists at all.
     candidates: set[str] = set()
     drop_list = sorted(dropped)
@@ -136,12 +141,17 @@ def plan_chunks(
     gone_nodes = {
         h for h in session.scalars(select(Chunk.hash).where(Chunk.kind == CHUNK_NODE))
     } - kept_nodes
+    size = remote.chunk_bytes if remote is not None else (lambda h: chunk_bytes(data_root, h))
     out = [
-        {"hash": h, "kind": kind, "bytes": chunk_bytes(data_root, h), "recorded": True}
+        {"hash": h, "kind": kind, "bytes": size(h), "recorded": True}
         for kind, hashes in ((CHUNK_LEAF, gone_leaves), (CHUNK_NODE, gone_nodes))
         for h in sorted(hashes)
     ]
-    out.extend(_leftover_files(session, data_root, protected, min_age_s))
+    if remote is not None:
+        recorded = set(session.scalars(select(Chunk.hash)))
+        out.extend(remote.leftover_chunks(recorded | protected, min_age_s))
+    else:
+        out.extend(_leftover_files(session, data_root, protected, min_age_s))
     return out
 
 

@@ -223,15 +223,22 @@ class S3Store:
     def list_sizes(self, prefix_url: str) -> dict[str, int]:
         """URL → size of every object below the "directory" ``prefix_url`` (one paginated
         LIST): what a publisher needs to skip objects that are already there, whole."""
+        return {url: size for url, (size, _mtime) in self.list_stat(prefix_url).items()}
+
+    def list_stat(self, prefix_url: str) -> dict[str, tuple[int, float]]:
+        """URL → (size, LastModified as epoch seconds) of every object below ``prefix_url``."""
         bucket, key = split_s3_url(prefix_url)
         prefix = key.rstrip("/") + "/" if key.strip("/") else ""
 
-        def pages() -> dict[str, int]:
-            out: dict[str, int] = {}
+        def pages() -> dict[str, tuple[int, float]]:
+            out: dict[str, tuple[int, float]] = {}
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
                 for obj in page.get("Contents", []):
-                    out[f"s3://{bucket}/{obj['Key']}"] = int(obj["Size"])
+                    out[f"s3://{bucket}/{obj['Key']}"] = (
+                        int(obj["Size"]),
+                        obj["LastModified"].timestamp(),
+                    )
             return out
 
         return self._call("list of", prefix_url, pages)
