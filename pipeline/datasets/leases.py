@@ -163,12 +163,10 @@ def released_after(commit: F) -> F:
 
     @functools.wraps(commit)
     def wrapper(dataset: str, *args: Any, **kwargs: Any) -> Any:
-        data_root = kwargs.get("data_root")
-        if data_root is None:
-            from pipeline.settings import get_settings
+        from pipeline.datasets.dataroot import work_root
 
-            data_root = get_settings().data_root
-        held = [lease.path for lease in read_leases(Path(data_root), dataset)]
+        # Leases live where the build writes: DATA_ROOT, or an s3:// one's work root.
+        held = [lease.path for lease in read_leases(work_root(kwargs.get("data_root")), dataset)]
         result = commit(dataset, *args, **kwargs)
         release(held)
         return result

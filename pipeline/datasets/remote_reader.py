@@ -193,6 +193,7 @@ def open_remote(remote: str, name: str, version: str, *, store: Any | None = Non
     cache = _cache()
     folder, root, pins, manifest = fetch_version(remote, name, version_id, cache=cache)
     reader = VersionReader(folder, root)
+    reader.cache_downloads = cache.downloaded  # objects this open downloaded (0: warm)
     reader._keep = (pins,)
     reader._before_meta = RemoteMeta(
         remote, manifest, Path(s.laketrain_cache_dir), s.laketrain_cache_mb

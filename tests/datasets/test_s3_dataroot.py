@@ -46,6 +46,10 @@ def test_build_publishes_every_object_and_no_local_data_folder(s3_root, lt_env, 
     )
     assert head["version_id"] == v.version_id
     assert not (lt_env / "data").exists()
+    from pipeline.datasets.dataroot import work_root
+    from pipeline.datasets.leases import read_leases
+
+    assert read_leases(work_root(), "pets") == []  # released by the commit, as locally
 
 
 def test_reader_opens_latest_from_s3_without_a_store(s3_root, lt_env, store, monkeypatch):
@@ -131,3 +135,82 @@ def test_gc_on_an_s3_data_root_is_a_dry_run_by_default_then_deletes_by_the_same_
     # Only objects some kept version names are left (a second gc finds nothing).
     again = collect(keep_last=1, min_age_s=0, store=store)
     assert not (again.versions or again.segments or again.leftovers or again.chunks)
+
+
+def test_a_corrupted_cached_segment_is_fetched_again_and_reads_right(
+    s3_root, lt_env, store, monkeypatch
+):
+    from pipeline.datasets.build import build
+    from pipeline.datasets.reader import open_version
+
+    v = build("pets", workers=1)
+    first = open_version("pets", v.version_id, store=store)
+    assert first.cache_downloads > 0
+    want = first.get_batch(np.arange(len(first)))[0]
+    seg = first.manifest["segments"][0]["path"]
+    del first
+    x = lt_env / "cache" / "objects" / s3_root.removeprefix("s3://") / seg / "x.npy"
+    raw = bytearray(x.read_bytes())
+    raw[-1] ^= 0xFF  # the last pixel: same size, a valid .npy, wrong bytes
+    x.write_bytes(bytes(raw))
+    again = open_version("pets", v.version_id, store=store)
+    assert again.cache_downloads == 2  # x.npy and y.npy of that one segment, fetched again
+    assert np.array_equal(again.get_batch(np.arange(len(again)))[0], want)
+    warm = open_version("pets", v.version_id, store=store)
+    assert warm.cache_downloads == 0
+
+
+_OPEN = """
+import os, sys, time
+from pipeline.datasets.reader import open_version
+go = sys.argv[1]
+while not os.path.exists(go):
+    time.sleep(0.005)
+r = open_version("pets", sys.argv[2])
+x, _ = r.get_batch(list(range(len(r))))
+print("DOWNLOADS", r.cache_downloads, int(x.sum()), flush=True)
+"""
+
+
+def test_two_processes_opening_one_version_at_once_download_it_once(
+    s3_root, lt_env, store, monkeypatch
+):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from pipeline.datasets.build import build
+
+    v = build("pets", workers=1)
+    env = {k: val for k, val in os.environ.items() if k != "METADATA_DB_URL"}
+    go = lt_env / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN, str(go), v.version_id],
+            env=env,
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    time.sleep(1.5)  # both have imported and wait: they open at the same moment
+    go.touch()
+    outs = [p.communicate(timeout=120) for p in procs]
+    results = []
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+        results.append(out.split()[-2:])
+    downloads = sorted(int(r[0]) for r in results)
+    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.datasets.dataroot import work_root
+    from pipeline.datasets.manifest import read_manifest, version_dir
+
+    manifest, _ = read_manifest(version_dir(work_root(), "pets", v.version_id))
+    leaves = walk_leaves(work_root(), manifest["chunks"])
+    # Its nodes, its leaves' indexes, and x.npy + y.npy of each segment.
+    n_objects = len(manifest["chunks"]["nodes"]) + len(leaves) + 2 * len(manifest["segments"])
+    assert sum(downloads) == n_objects, downloads  # each object once, by one of them
+    assert results[0][1] == results[1][1]  # and both read the same bytes
