@@ -3,7 +3,7 @@
 the docker socket's group and fresh random secrets. Standard library only (runs before any
 venv exists). An existing `.env` is never overwritten unless --force is given.
 
-    python3 docker/init_env.py [--output .env] [--data-root DIR] [--lake-dir DIR] [--force]
+    python3 docker/init_env.py [--output .env] [--data-root DIR] [--force]
 """
 
 from __future__ import annotations
@@ -54,20 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", type=Path, default=REPO / ".env")
     p.add_argument("--example", type=Path, default=REPO / ".env.example")
     p.add_argument("--data-root", type=Path, default=REPO / "var" / "data")
-    p.add_argument("--lake-dir", type=Path, default=REPO / "var" / "lake")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     args = p.parse_args(argv)
 
     if args.output.exists() and not args.force:
         print(f"{args.output} exists; kept as it is (use --force to regenerate it)")
         return 0
-    data_root, lake_dir = args.data_root.resolve(), args.lake_dir.resolve()
-    for folder in (data_root, lake_dir):
-        # Created now, as this user: a folder docker creates for a bind mount belongs to root.
-        folder.mkdir(parents=True, exist_ok=True)
+    data_root = args.data_root.resolve()
+    # Created now, as this user: a folder docker creates for a bind mount belongs to root.
+    # (The lake is a MinIO bucket, created by the stack's minio-init.)
+    data_root.mkdir(parents=True, exist_ok=True)
     values = {
         "LAKETRAIN_HOST_DATA_ROOT": str(data_root),
-        "LAKETRAIN_HOST_LAKE_DIR": str(lake_dir),
         "AIRFLOW_UID": str(os.getuid()),
         "DOCKER_GID": docker_gid(),
         **{key: make() for key, make in SECRETS.items()},
@@ -78,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, args.output)
-    print(f"wrote {args.output} (data root {data_root}, lake {lake_dir}); secrets not shown")
+    print(f"wrote {args.output} (data root {data_root}); secrets not shown")
     return 0
 
 

@@ -24,8 +24,6 @@ def env_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(root / ".env"),
             "--data-root",
             str(root / "host-data"),
-            "--lake-dir",
-            str(root / "host-lake"),
         ],
         check=True,
         capture_output=True,

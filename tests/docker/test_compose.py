@@ -220,20 +220,36 @@ def test_airflow_services_set_every_setting_the_code_reads(
 def test_settings_paths_are_the_mounted_folders(services: dict, dotenv: dict[str, str]) -> None:
     for name in AIRFLOW_SERVICES:
         svc, env = services[name], service_env(services[name])
-        lake = mount_at(svc, env["LAKE_DIR"])
         data = mount_at(svc, env["DATA_ROOT"])
         recipes = mount_at(svc, env["RECIPES_DIR"])
-        assert lake and data and recipes, (
-            f"{name}: LAKE_DIR, DATA_ROOT and RECIPES_DIR must be mounts"
-        )
-        assert lake.read_only, f"{name}: the lake is never modified, mount it read-only"
+        assert data and recipes, f"{name}: DATA_ROOT and RECIPES_DIR must be mounts"
         assert not data.read_only
-        assert lake.source == dotenv["LAKETRAIN_HOST_LAKE_DIR"]
         # The path mapping: the launcher's host path IS the source of this mount.
         assert data.source == env["LAKETRAIN_HOST_DATA_ROOT"] == dotenv["LAKETRAIN_HOST_DATA_ROOT"]
         assert Path(data.source).is_absolute(), (
             "a docker-socket mount source must be an absolute host path"
         )
+
+
+def test_the_lake_is_the_bucket_minio_init_creates_watched_by_listing(services: dict) -> None:
+    init = service_env(services["minio-init"])
+    script = "\n".join(services["minio-init"]["command"])
+    for bucket_var in ("LAKETRAIN_BUCKET", "LAKETRAIN_LAKE_BUCKET", "LAKETRAIN_DATA_BUCKET"):
+        assert f'mc mb --ignore-existing "local/${{{bucket_var}}}"' in script, bucket_var
+    buckets = {
+        init["LAKETRAIN_BUCKET"],
+        init["LAKETRAIN_LAKE_BUCKET"],
+        init["LAKETRAIN_DATA_BUCKET"],
+    }
+    assert len(buckets) == 3, "the lake, the data and the checkpoints need buckets of their own"
+    for name in AIRFLOW_SERVICES:
+        svc, env = services[name], service_env(services[name])
+        assert env["LAKE_DIR"] == f"s3://{init['LAKETRAIN_LAKE_BUCKET']}", name
+        # No SQS in the stack: the watcher lists the bucket (LakeTrigger's listing mode).
+        assert "LAKETRAIN_LAKE_SQS_QUEUE_URL" not in env, name
+        assert float(env["LAKETRAIN_POLL_SECONDS"]) >= 1, name
+        # Read through S3, never mounted.
+        assert not any(Path(v.target).name == "lake" for v in service_volumes(svc)), name
 
 
 def test_metadata_store_is_its_own_database(services: dict) -> None:

@@ -21,8 +21,6 @@ def _run(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
             str(tmp / ".env"),
             "--data-root",
             str(tmp / "d"),
-            "--lake-dir",
-            str(tmp / "l"),
             *extra,
         ],
         capture_output=True,
@@ -37,8 +35,8 @@ def test_writes_every_variable_with_a_value(tmp_path: Path) -> None:
     assert set(env) == set(read_env_file(ENV_EXAMPLE))
     assert [k for k, v in env.items() if not v] == []
     assert env["LAKETRAIN_HOST_DATA_ROOT"] == str((tmp_path / "d").resolve())
-    assert env["LAKETRAIN_HOST_LAKE_DIR"] == str((tmp_path / "l").resolve())
-    assert (tmp_path / "d").is_dir() and (tmp_path / "l").is_dir()
+    assert env["LAKETRAIN_LAKE_BUCKET"] == "laketrain-lake"  # the lake is a MinIO bucket
+    assert (tmp_path / "d").is_dir()
     assert len(env["AIRFLOW_JWT_SECRET"].encode()) >= 64
     assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
     # comments stay, so .env can be read beside .env.example
