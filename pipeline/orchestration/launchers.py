@@ -19,12 +19,19 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pipeline.orchestration.container_data import (  # noqa: F401 - re-exported
+    CONTAINER_CACHE,
+    CONTAINER_DATA_ROOT,
+    _k8s_volumes,
+    _positive_int,
+    data_on_s3,
+)
 from pipeline.orchestration.env_contract import TrainerEnv
 
 # The exit codes and their meaning for the task live with the user-command helpers;
@@ -44,12 +51,7 @@ from pipeline.orchestration.usercode import (  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-CONTAINER_DATA_ROOT = "/data"
 CONTAINER_CHECKPOINTS = "/checkpoints"
-# With an s3:// DATA_ROOT a trainer mounts no data: it reads through its local cache
-# (pipeline/storage/cache.py), here (an emptyDir in a pod, the container's own disk or a named
-# volume under Docker).
-CONTAINER_CACHE = "/cache"
 TRAINER_COMMAND = ["python", "-m", "training"]
 
 
@@ -94,15 +96,6 @@ class LauncherConfig:
             cache_mb=_positive_int(env, "LAKETRAIN_TRAINER_CACHE_MB"),
             docker_cache_volume=env.get("LAKETRAIN_DOCKER_CACHE_VOLUME") or None,
         )
-
-
-def _positive_int(env: Mapping[str, str], var: str) -> int | None:
-    raw = (env.get(var) or "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{var}={raw!r}: must be a whole number of MB, at least 1")
-    return int(raw)
 
 
 # --------------------------------------------------------------------------- local process
@@ -264,11 +257,6 @@ def _die_with_parent() -> None:
 
 
 # --------------------------------------------------------------------------- containers
-
-
-def data_on_s3(env: TrainerEnv) -> bool:
-    """Whether the run's DATA_ROOT is an s3:// data root (no data volume: a read cache)."""
-    return env.public.get("DATA_ROOT", "").startswith("s3://")
 
 
 def _container_env(
@@ -438,35 +426,6 @@ def kubernetes_kwargs(
         "on_finish_action": "delete_succeeded_pod",
         "do_xcom_push": False,
         "reattach_on_restart": True,  # a retried task finds its running pod instead of a second one
-    }
-
-
-def _k8s_volumes(env: TrainerEnv, config: LauncherConfig) -> dict[str, Any]:
-    """The data PVC, read-only; or, for an s3:// DATA_ROOT, an emptyDir for the read cache
-    (``LAKETRAIN_CACHE_DIR`` points into it), a little larger than the cache's own bound so
-    that the kubelet never evicts the pod for the cache's bookkeeping files."""
-    from kubernetes.client import models as k8s
-
-    if data_on_s3(env):
-        limit = f"{config.cache_mb + config.cache_mb // 10 + 64}Mi" if config.cache_mb else None
-        return {
-            "volumes": [
-                k8s.V1Volume(name="cache", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=limit))
-            ],
-            "volume_mounts": [k8s.V1VolumeMount(name="cache", mount_path=CONTAINER_CACHE)],
-        }
-    return {
-        "volumes": [
-            k8s.V1Volume(
-                name="data",
-                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
-                    claim_name=config.k8s_data_pvc, read_only=True
-                ),
-            )
-        ],
-        "volume_mounts": [
-            k8s.V1VolumeMount(name="data", mount_path=CONTAINER_DATA_ROOT, read_only=True)
-        ],
     }
 
 
