@@ -36,6 +36,7 @@ T = TypeVar("T")
 # 329 MB/s with 64 MiB parts (fewer ranged GETs; the per-request overhead dominates).
 S3_PART_BYTES = 64 * 1024 * 1024
 S3_CONCURRENCY = 8
+S3_POOL_CONNECTIONS = 32
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,9 @@ class S3Store:
                         connect_timeout=self.limits.connect_timeout,
                         read_timeout=self.limits.read_timeout,
                         retries={"total_max_attempts": 1, "mode": "standard"},
+                        # One connection per thread of the widest pool that shares a client
+                        # (the lake scan's GETs and listings); botocore's default is 10.
+                        max_pool_connections=S3_POOL_CONNECTIONS,
                     ),
                 )
                 self._transfer = TransferConfig(
