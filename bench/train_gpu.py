@@ -61,8 +61,8 @@ def run_variant(
     from training.config import build_config
     from training.data import DeviceTransform
     from training.init import init_weights
-    from training.loop import build_optimizer
     from training.models import ResNet50, enable_grad_checkpointing
+    from training.optim import build_optimizer
 
     torch.backends.cuda.matmul.allow_tf32 = v.tf32
     torch.backends.cudnn.allow_tf32 = v.tf32

@@ -1,7 +1,7 @@
 """``python -m training``: parse the environment contract and flags, train, exit with the code
 the orchestrator understands (0 done, 2 bad config, 3 data refused, 75 preempted, 1 failed).
 When the run wants several processes (TRAIN_NPROC, or one per visible GPU) it starts them under
-torchrun and exits with their combined code (training/launch.py)."""
+torchrun and exits with their combined code (training/torchrun.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from training.launch import die_with_launcher, record_exit_code
+    from training.torchrun import die_with_launcher, record_exit_code
 
     die_with_launcher()
     code = _main(argv)
@@ -40,7 +40,7 @@ def _main(argv: Sequence[str] | None) -> int:
         }
         print(json.dumps({"config": cfg.to_dict(), "target": shown}, indent=2))
         return EXIT_OK
-    from training.launch import is_worker, launch, processes_wanted
+    from training.torchrun import is_worker, launch, processes_wanted
 
     if not is_worker():
         try:
@@ -50,7 +50,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return EXIT_CONFIG
         if nproc > 1:
             return launch(nproc, list(sys.argv[1:] if argv is None else argv))
-    from training.runner import run
+    from training.train import run
 
     return run(cfg, target)
 

@@ -26,8 +26,8 @@ from training.checkpoint import CheckpointManager
 from training.data import VersionDataset
 from training.distributed import DistInfo, init_distributed
 from training.exit_codes import EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
+from training.preemption import Preemption
 from training.recorder import RunReport
-from training.runtime import Preemption
 
 __all__ = [
     "EXIT_CONFIG",

@@ -20,11 +20,13 @@ from torch import nn
 from training.amp import AmpPlan, resolve_amp
 from training.config import TrainConfig
 from training.data import DeviceTransform, VersionDataset
+from training.device import configure_backends
 from training.distributed import DistInfo
 from training.init import init_weights
 from training.losses import RegressionLoss, RegressionTarget, build_loss, class_weights
 from training.models import build_model, enable_grad_checkpointing, pick_architecture
-from training.runtime import build_optimizer, configure_backends, seed_everything
+from training.optim import build_optimizer
+from training.rng import seed_everything
 from training.schedule import default_warmup, make_scheduler
 
 

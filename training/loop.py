@@ -26,24 +26,14 @@ from torch import nn
 from training.amp import AmpPlan
 from training.assembly import assemble
 from training.config import TrainConfig
+from training.device import release_cached_memory, resolve_device
 from training.distributed import DistInfo, all_reduce_sum, gather_objects
 from training.guards import NonFiniteLossError, batch_paths
 from training.losses import LOWER_IS_BETTER
 from training.metrics import memory_mb, peak_memory_mb, regression_metrics, regression_sums
+from training.preemption import Preemption, StopRequested
 from training.recorder import RunReport
-from training.runtime import (  # noqa: F401 - re-exported: the loop's public surface
-    SignalFlag,
-    StopRequested,
-    build_optimizer,
-    capture_rng,
-    configure_backends,
-    deterministic_on,
-    param_groups,
-    release_cached_memory,
-    resolve_device,
-    restore_rng,
-    seed_everything,
-)
+from training.rng import capture_rng, restore_rng
 
 log = logging.getLogger("training")
 
@@ -74,12 +64,12 @@ class FitResult:
 class Trainer:
     """Builds everything from a config and a train/val reader pair; `fit()` runs the epochs.
 
-    ``save_fn(state, step, epoch, metric, is_best)`` persists a checkpoint (rank 0 only; the
-    runner passes the CheckpointManager's save); ``on_step(trainer)`` is a hook called after
-    every step (tests and the runner use it). The data, the SIGTERM flag and the metrics go
-    through the public API's objects (training.api): ``self.data`` is a `VersionDataset`,
-    ``stop_flag`` a `Preemption`, and the metrics lines go to ``report`` (a `RunReport`; without
-    one, to ``metrics_path`` alone).
+    ``save_fn(state, step, epoch, metric, is_best)`` persists a checkpoint (rank 0 only;
+    training/train.py passes the CheckpointManager's save); ``on_step(trainer)`` is a hook
+    called after every step (tests and training/train.py use it). The data, the SIGTERM flag
+    and the metrics go through the public API's objects (training.api): ``self.data`` is a
+    `VersionDataset`, ``stop_flag`` a `Preemption`, and the metrics lines go to ``report`` (a
+    `RunReport`; without one, to ``metrics_path`` alone).
     """
 
     def __init__(
@@ -92,7 +82,7 @@ class Trainer:
         dist: DistInfo | None = None,
         metrics_path: Path | None = None,
         save_fn: Callable[..., Any] | None = None,
-        stop_flag: SignalFlag | None = None,
+        stop_flag: Preemption | None = None,
         info: dict[str, Any] | None = None,
         report: RunReport | None = None,
     ) -> None:

@@ -14,10 +14,12 @@ from tests.training.trainer_support import ArrayReader, digits_reader
 from training.amp import resolve_amp
 from training.config import ConfigError, build_config
 from training.data import DeviceTransform, VersionDataset, epoch_permutation
+from training.device import release_cached_memory
 from training.init import init_weights
-from training.loop import Trainer, param_groups, release_cached_memory
+from training.loop import Trainer
 from training.losses import FocalLoss, build_loss, class_weights
 from training.models import ResNet, build_model, enable_grad_checkpointing, pick_architecture
+from training.optim import param_groups
 
 
 def make_trainer(reader: ArrayReader | None = None, **values: object) -> Trainer:
@@ -389,7 +391,7 @@ def test_loss_switches_reach_the_trainer() -> None:
 def test_cuda_backend_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """cudnn.benchmark for fixed shapes unless deterministic; the cuBLAS workspace for
     deterministic CUDA runs. Only flags are set, so this runs without a GPU."""
-    from training.loop import configure_backends
+    from training.device import configure_backends
 
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)

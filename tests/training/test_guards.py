@@ -92,7 +92,7 @@ def test_sigterm_during_a_step_finishes_it_saves_and_stops() -> None:
     import os
     import signal
 
-    from training.loop import SignalFlag, StopRequested
+    from training.preemption import Preemption, StopRequested
 
     saved: list[dict] = []
     x, y = np.random.default_rng(0).normal(size=(96, 6)).astype(np.float32), np.arange(96) % 2
@@ -107,7 +107,7 @@ def test_sigterm_during_a_step_finishes_it_saves_and_stops() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     t.model.body.register_forward_hook(hook)
-    flag = SignalFlag().install()
+    flag = Preemption().install()
     t.stop_flag = flag
     try:
         with pytest.raises(StopRequested):

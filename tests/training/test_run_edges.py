@@ -261,7 +261,7 @@ def test_a_malformed_store_url_is_a_config_error_that_never_shows_its_password(
 def test_the_trainers_log_lines_and_tracebacks_mask_url_credentials() -> None:
     code = """
 import logging
-from training.runner import setup_logging
+from training.train import setup_logging
 setup_logging(0)
 log = logging.getLogger("training")
 log.error("cannot reach %s", "postgresql+psycopg://laketrain:hunter2-db-pw@db:5432/lt")

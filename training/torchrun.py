@@ -23,7 +23,7 @@ from pathlib import Path
 from training.config import ConfigError, TrainConfig
 from training.exit_codes import EXIT_CONFIG, EXIT_DATA, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 
-log = logging.getLogger("training.launch")
+log = logging.getLogger("training.torchrun")
 
 EXIT_DIR_ENV = "LAKETRAIN_WORKER_EXIT_DIR"
 LAUNCHER_PID_ENV = "LAKETRAIN_LAUNCHER_PID"
@@ -106,7 +106,7 @@ def launch(nproc: int, argv: Sequence[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    if not logging.getLogger().handlers:  # the workers set up their own (training/runner.py)
+    if not logging.getLogger().handlers:  # the workers set up their own (training/train.py)
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )

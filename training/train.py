@@ -28,6 +28,7 @@ from pipeline.settings import SettingsError
 from training import api
 from training.config import ConfigError, TrainConfig
 from training.contract import RunTarget
+from training.device import resolve_device
 from training.distributed import (
     DistInfo,
     barrier,
@@ -47,11 +48,11 @@ from training.guards import (
     check_label_distribution,
     refuse_leakage,
 )
-from training.loop import StopRequested, Trainer, resolve_device, result_summary
+from training.loop import Trainer, result_summary
 from training.losses import LOWER_IS_BETTER
+from training.preemption import RaiseOnTerm, StopRequested, TermSignal
 from training.recorder import RunReport
 from training.resume import RunEvents, resume_state
-from training.runtime import RaiseOnTerm, TermSignal
 from training.workdir import make_run_dir, remove_stale_run_dirs
 
 log = logging.getLogger("training")

@@ -1,4 +1,4 @@
-"""training/launch.py without processes: how many workers a run wants, and how their exit codes
+"""training/torchrun.py without processes: how many workers a run wants, and how their exit codes
 become the run's."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from training.config import build_config
-from training.launch import EXIT_DIR_ENV, combined_exit_code, processes_wanted, record_exit_code
+from training.torchrun import EXIT_DIR_ENV, combined_exit_code, processes_wanted, record_exit_code
 
 
 @pytest.mark.parametrize(
