@@ -159,3 +159,39 @@ def test_s3_stopped_mid_read_retries_then_fails_naming_the_url(
     assert cache.used_bytes() == 0
     files = [p for p in cache.objects.rglob("*") if p.is_file()]
     assert [p.name for p in files] == ["manifest.json"]
+
+
+def test_killed_between_the_store_commit_and_the_head_upload_the_next_build_syncs_head(
+    store, lt_env, moto_server, tmp_path, monkeypatch
+):
+    from pipeline.datasets.queries import list_versions
+    from pipeline.datasets.reader import open_version
+    from pipeline.datasets.refs import VersionNotFound
+
+    image_lake(lt_env, per_class=4)
+    expected = _reference_id(tmp_path, monkeypatch)
+    use_s3_data_root(monkeypatch, lt_env, moto_server.url)
+    proc = _start(BUILD, LAKETRAIN_TEST_PAUSE_AT="head_committed")
+    _wait_for_marker(proc, "head_committed")
+    _kill(proc)
+    # Recorded and published (complete), but the bucket has no HEAD yet: a store-less
+    # reader finds no head rather than some other version.
+    assert [v["version_id"] for v in list_versions("pets", store=store)] == [expected]
+    assert _published(moto_server) == [expected]
+    assert "data/datasets/pets/HEAD" not in moto_server.keys()
+    with monkeypatch.context() as m:
+        m.delenv("METADATA_DB_URL")
+        with pytest.raises(VersionNotFound, match="no head yet"):
+            open_version("pets", "latest", store=None)
+    rerun = _start(BUILD)  # nothing changed in the lake: "no change", and HEAD synced
+    _out, err = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, err
+    assert [v["version_id"] for v in list_versions("pets", store=store)] == [expected]
+    head = json.loads(
+        moto_server.client.get_object(Bucket=moto_server.bucket, Key="data/datasets/pets/HEAD")[
+            "Body"
+        ].read()
+    )
+    assert head["version_id"] == expected
+    monkeypatch.delenv("METADATA_DB_URL")
+    assert open_version("pets", "latest", store=None).version_id == expected
