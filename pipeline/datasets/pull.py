@@ -91,13 +91,20 @@ def pull_chunks(remote: str, local_root: Path, section: dict | None) -> None:
 
 
 def pull_version(remote: str, local_root: Path, dataset: str, version_id: str) -> bool:
-    """The version folder published on S3 (and its chunk tree) into the work root, when the
-    work root has no such folder; False when S3 has no manifest for it either."""
+    """The version folder published on S3 (and its chunk tree) into the work root, unless the
+    work root holds the same one; False when neither has a manifest. A version on S3 wins
+    over a local folder of the same id with another manifest (another worker published it
+    first, with its own created_at and tag): the store must record what readers will read."""
     local_root = Path(local_root)
     folder = mf.version_dir(local_root, dataset, version_id)
-    if (folder / mf.MANIFEST).is_file():
-        return True
     prefix = join(remote, mf.version_relpath(dataset, version_id))
+    if (folder / mf.MANIFEST).is_file():
+        try:
+            published = s3_store().read_bytes(join(prefix, mf.MANIFEST))
+        except FileNotFoundError:
+            return True  # not published yet: the local one is published from here
+        if published == (folder / mf.MANIFEST).read_bytes():
+            return True
     have = s3_store().list_sizes(prefix)
     if join(prefix, mf.MANIFEST) not in have:
         return False

@@ -25,9 +25,7 @@ def _put(s3, key: str, data: bytes) -> str:
 
 def _item(cache: ObjectCache, url: str, data: bytes) -> CacheItem:
     sha = hashlib.sha256(data).hexdigest()
-    return CacheItem(
-        cache.path_of(url), ((url, ""),), len(data), lambda p: sha256_file(p) == sha
-    )
+    return CacheItem(cache.path_of(url), ((url, ""),), len(data), lambda p: sha256_file(p) == sha)
 
 
 def test_fetch_downloads_once_then_reads_the_checked_copy(moto_server, tmp_path):
@@ -128,9 +126,7 @@ print("DOWNLOADED", cache.downloaded, flush=True)
 """
 
 
-def test_two_processes_fetching_the_same_objects_at_once_download_them_once(
-    moto_server, tmp_path
-):
+def test_two_processes_fetching_the_same_objects_at_once_download_them_once(moto_server, tmp_path):
     specs = []
     for i in range(6):
         data = os.urandom(200_000)
@@ -150,7 +146,7 @@ def test_two_processes_fetching_the_same_objects_at_once_download_them_once(
     time.sleep(1.0)  # both started and waiting: they fetch at the same moment
     go.touch()
     outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs, strict=True):
+    for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
     counts = sorted(int(out.split()[-1]) for out, _ in outs)
     assert sum(counts) == 6, counts  # each object downloaded exactly once, by one of them
