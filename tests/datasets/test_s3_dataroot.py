@@ -71,6 +71,16 @@ def test_reader_opens_latest_from_s3_without_a_store(s3_root, lt_env, store, mon
     assert np.array_equal(x, lx) and np.array_equal(y, ly)
     assert reader.metadata(3) == local.metadata(3)
     assert str(reader.folder).startswith(str(lt_env / "cache" / "objects"))
+    # A DataLoader worker started by spawn gets a pickled copy: it reads the same, and
+    # fetches the metadata parts itself (the pins stay with the parent).
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(reader.split("val")))
+    assert np.array_equal(
+        copy.get_batch(np.arange(len(copy)))[0],
+        reader.split("val").get_batch(np.arange(len(copy)))[0],
+    )
+    assert copy.metadata(0) == reader.split("val").metadata(0)
     assert not (lt_env / "data").exists()
 
 
