@@ -224,3 +224,41 @@ def test_two_processes_opening_one_version_at_once_download_it_once(
     n_objects = len(manifest["chunks"]["nodes"]) + len(leaves) + 2 * len(manifest["segments"])
     assert sum(downloads) == n_objects, downloads  # each object once, by one of them
     assert results[0][1] == results[1][1]  # and both read the same bytes
+
+
+def test_process_tasks_and_the_commit_on_different_workers_publish_the_version(
+    s3_root, lt_env, store, moto_server, monkeypatch
+):
+    """Mapped process tasks on two workers, the commit on a third: each has its own work
+    root (LAKETRAIN_CACHE_DIR), none shares a folder with another; only S3 joins them."""
+    from pipeline.datasets.build import commit, plan, process
+    from pipeline.lake.scan import scan
+    from pipeline.settings import get_settings
+
+    def on_worker(name: str) -> None:
+        monkeypatch.setenv("LAKETRAIN_CACHE_DIR", str(lt_env / f"worker-{name}"))
+        get_settings.cache_clear()
+
+    scan(get_settings().lake_dir, dataset="pets", store=store)
+    shards = plan("pets", store=store, max_files=4)
+    assert len(shards) >= 2
+    refs = []
+    for i, shard in enumerate(shards):
+        on_worker("a" if i % 2 == 0 else "b")
+        refs.append(process(shard.to_dict(), store=store).to_dict())
+    on_worker("c")
+    version = commit("pets", refs, store=store)
+    assert version is not None and version.samples == 10
+    # The commit's worker pulled the segments it reads (near-duplicate hashing reads their
+    # rows); the version is whole on S3.
+    pulled = {p.parent.name for p in (lt_env / "worker-c").rglob("segment.json")}
+    assert pulled == {r["segment_id"] for r in refs}
+    keys = set(moto_server.keys("data/"))
+    assert f"data/datasets/pets/{version.version_id}/manifest.json" in keys
+    monkeypatch.delenv("METADATA_DB_URL")
+    on_worker("reader")
+    from pipeline.datasets.reader import open_version
+
+    r = open_version("pets", "latest")
+    assert r.version_id == version.version_id
+    assert r.get_batch(np.arange(len(r)))[0].shape == (10, 3, 16, 16)
