@@ -320,10 +320,16 @@ def build_trainer_env(
     metadata_db_url: str | None,
     aws: Mapping[str, str] | None = None,
     basics: Mapping[str, str] | None = None,
+    cache: tuple[str, int] | None = None,
 ) -> TrainerEnv:
     """The whole environment of one training run, from scratch (nothing inherited but
-    ``basics``, which the local launcher fills with PATH/HOME/LANG-level variables)."""
+    ``basics``, which the local launcher fills with PATH/HOME/LANG-level variables).
+    ``cache``: (LAKETRAIN_CACHE_DIR, LAKETRAIN_CACHE_MB) of this host, given for an s3://
+    DATA_ROOT so that a local trainer shares the host's read cache; a container launcher
+    replaces them with its own (pipeline/orchestration/container_data.py)."""
     public: dict[str, str] = dict(basics or {})
+    if cache is not None and str(data_root).startswith("s3://"):
+        public["LAKETRAIN_CACHE_DIR"], public["LAKETRAIN_CACHE_MB"] = cache[0], str(cache[1])
     public.update(
         {
             "DATASET_NAME": params.dataset,

@@ -270,7 +270,9 @@ def _container_env(
         if k not in ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
     }
     if data_on_s3(env):
+        # The container's own cache: the host's folder and bound mean nothing in it.
         public["LAKETRAIN_CACHE_DIR"] = CONTAINER_CACHE
+        public.pop("LAKETRAIN_CACHE_MB", None)
         if config is not None and config.cache_mb:
             public["LAKETRAIN_CACHE_MB"] = str(config.cache_mb)
     else:

@@ -335,6 +335,8 @@ def trainer_env(
         metadata_db_url=s.database_url,
         aws=aws_credentials(aws_conn_id),
         basics=basic_vars(),
+        # an s3:// DATA_ROOT: a local trainer reads through this host's cache
+        cache=(str(s.laketrain_cache_dir), s.laketrain_cache_mb),
     )
 
 

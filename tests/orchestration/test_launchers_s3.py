@@ -40,13 +40,34 @@ def trainer_env() -> TrainerEnv:
             "AWS_SECRET_ACCESS_KEY": SECRET,
         },
         basics={"PATH": os.environ["PATH"], "LANG": "C.UTF-8"},
+        cache=("/srv/lt/var/cache", 20480),
     )
 
 
 def _public(env: TrainerEnv, **extra: str) -> dict[str, str]:
-    public = {k: v for k, v in env.public.items() if k not in ("PATH", "LANG")}
+    public = {
+        k: v for k, v in env.public.items() if k not in ("PATH", "LANG", "LAKETRAIN_CACHE_MB")
+    }
     assert public["DATA_ROOT"] == DATA  # the URL itself, not a mount point
+    # The container's own cache: never the host's folder or bound.
     return {**public, "LAKETRAIN_CACHE_DIR": "/cache", **extra}
+
+
+def test_a_local_trainer_shares_the_hosts_cache_and_a_local_data_root_gets_none() -> None:
+    env = trainer_env()
+    assert env.public["LAKETRAIN_CACHE_DIR"] == "/srv/lt/var/cache"
+    assert env.public["LAKETRAIN_CACHE_MB"] == "20480"
+    params = TrainParams(dataset="digits", dataset_version="latest")
+    mounted = build_trainer_env(
+        params,
+        run_id="r",
+        version_id="ab" * 32,
+        data_root="/srv/lt/data",
+        checkpoint_url="s3://c",
+        metadata_db_url=None,
+        cache=("/srv/lt/var/cache", 20480),
+    )
+    assert not {"LAKETRAIN_CACHE_DIR", "LAKETRAIN_CACHE_MB"} & set(mounted.public)
 
 
 def test_docker_mounts_no_data_volume_and_reads_s3_through_its_cache() -> None:
