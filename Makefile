@@ -5,6 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The suite runs in TEST_WORKERS pytest-xdist processes (the end-to-end tests mostly wait on
+# Airflow, so two workers overlap on two cores); each test module is one unit of work, slow
+# modules first (tests/conftest.py). TEST_WORKERS=0 runs everything in this one process.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: run stop test test-fast bench lint clean venv lock up down logs build-trainer
 
@@ -25,10 +30,10 @@ stop:
 	$(PY) -m pipeline.orchestration.devstack stop
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -ra -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/scan.py

@@ -1,9 +1,18 @@
 """Shared fixtures: an isolated settings environment per test, and metadata stores on both
-backends (SQLite and the local PostgreSQL), each in a database created for the test."""
+backends (SQLite and the local PostgreSQL), each in a database created for the test.
+
+A ``store`` starts as a copy of a database migrated once per test process (PostgreSQL:
+``CREATE DATABASE ... TEMPLATE``; SQLite: a copied file): running every migration for each of
+~470 store tests cost minutes of the suite. ``pg_url`` alone still gives an EMPTY database.
+
+Under pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``) each test module is one unit
+of work, so a module's (or the UI package's) expensive fixture is built by one worker only;
+see ``pytest_collection_modifyitems`` below and docs/testing.md."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,33 +60,92 @@ def lt_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     get_settings.cache_clear()
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test, dropped afterwards."""
-    if not _pg_available():
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432")
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+def _new_pg_database(template: str | None = None) -> str:
+    """CREATE a uniquely named database (a copy of ``template`` when given); return its name."""
     import psycopg
 
     name = f"lt_test_{uuid.uuid4().hex[:12]}"
+    sql = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
     with psycopg.connect(_libpq(PG_ADMIN_URL), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    yield url
-    from pipeline.metadata.store import forget_store
+        conn.execute(sql)
+    return name
 
-    forget_store(url)
+
+def _drop_pg_database(name: str) -> None:
+    import psycopg
+
     with psycopg.connect(_libpq(PG_ADMIN_URL), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _pg_db_url(name: str) -> str:
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _require_pg() -> None:
+    if not _pg_available():
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432")
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+
+
+@pytest.fixture(scope="session")
+def _pg_migrated_template() -> Iterator[str]:
+    """A PostgreSQL database migrated to head once per test process (uuid-named, so xdist
+    workers and other engineers' runs never share one); no connection stays open on it, as
+    CREATE DATABASE ... TEMPLATE requires."""
+    _require_pg()
+    from pipeline.metadata.store import MetadataStore
+
+    name = _new_pg_database()
+    MetadataStore(_pg_db_url(name)).dispose()
+    yield name
+    _drop_pg_database(name)
+
+
+@pytest.fixture(scope="session")
+def _sqlite_migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite metadata file migrated to head once per test process (closed: no WAL left)."""
+    from pipeline.metadata.store import MetadataStore
+
+    path = tmp_path_factory.mktemp("store_template") / "metadata.db"
+    MetadataStore(f"sqlite:///{path}").dispose()
+    return path
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, EMPTY PostgreSQL database for this test, dropped afterwards."""
+    yield from _pg_database(None)
+
+
+def _pg_database(template: str | None) -> Iterator[str]:
+    _require_pg()
+    name = _new_pg_database(template)
+    url = _pg_db_url(name)
+    yield url
+    from pipeline.metadata.store import forget_store
+
+    forget_store(url)
+    _drop_pg_database(name)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The metadata-store URL on each backend, in a database of this test's own."""
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The metadata-store URL on each backend, in a database of this test's own. When the test
+    also takes ``store`` (which migrates the database to head before the test sees it), the
+    database starts as a copy of a migrated template instead: the same state, without running
+    every migration again."""
+    migrated = "store" in request.fixturenames
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'metadata.db'}"
-    return request.getfixturevalue("pg_url")
+        path = tmp_path / "metadata.db"
+        if migrated:
+            shutil.copyfile(request.getfixturevalue("_sqlite_migrated_template"), path)
+        yield f"sqlite:///{path}"
+    elif migrated:
+        yield from _pg_database(request.getfixturevalue("_pg_migrated_template"))
+    else:
+        yield request.getfixturevalue("pg_url")
 
 
 @pytest.fixture
@@ -91,3 +159,59 @@ def store(db_url: str, lt_env: Path, monkeypatch: pytest.MonkeyPatch):
     s = MetadataStore(db_url)
     yield s
     s.dispose()
+
+
+# --- pytest-xdist: which tests share a worker, and in what order the work is handed out ----
+#
+# `make test` runs `-n 2 --dist loadfile --no-loadscope-reorder`: each test module is one unit
+# of work, so a module-scoped fixture (an Airflow stack, a dag.test() subprocess) is built by
+# one worker only. (xdist's own `loadgroup` cannot be used: on pytest 9.2 its xdist_group
+# marks no longer reach the scheduler, pytest-dev/pytest-xdist#1386.)
+
+# Package-scoped fixtures that start services: the modules naming one form one unit of work,
+# so the service starts once and not once per worker.
+_SHARED_SERVICES = {"tests/ui/": "ui_stack"}
+
+
+def _shared_scope(module: str, root: Path) -> str | None:
+    for folder, fixture in _SHARED_SERVICES.items():
+        if module.startswith(folder):
+            try:
+                if fixture in (root / module).read_text(errors="replace"):
+                    return f"{folder}({fixture})"
+            except OSError:
+                return None
+    return None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # -> scheduler | None
+    """``--dist loadfile``, with the modules sharing a package-scoped service in one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    root, scopes = config.rootpath, {}
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module not in scopes:
+                scopes[module] = _shared_scope(module, root) or module
+            return scopes[module]
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker: the modules holding slow tests first (collection order otherwise,
+    the same in every worker), so that a 5-minute end-to-end module is not handed out last
+    while the other worker sits idle. Without xdist the order is unchanged."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    slow_first = sorted(
+        modules.values(), key=lambda m: not any(i.get_closest_marker("slow") for i in m)
+    )  # a stable sort: collection order within each half
+    items[:] = [item for module in slow_first for item in module]
