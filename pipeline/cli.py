@@ -108,7 +108,10 @@ def sample_lake(
     from pipeline.lake.sample_lake import create_sample_lake
 
     lake = get_settings().lake_dir
-    written = create_sample_lake(lake, force=force)
+    try:
+        written = create_sample_lake(lake, force=force)
+    except ValueError as exc:  # an s3:// lake: laketrain does not write to it
+        fail(str(exc))
     if written:
         out().print(
             f"sample lake written to {lake}: "

@@ -65,8 +65,20 @@ def _atomic_save(image: object, dest: Path, **kwargs: object) -> None:
     os.replace(tmp, dest)
 
 
-def create_sample_lake(lake: Path, *, force: bool = False) -> dict[str, int]:
-    """Write the sample lake when ``lake`` is empty (or ``force``); return files per dataset."""
+class S3LakeNotWritten(ValueError):
+    """The lake is in S3, which laketrain only ever reads: the samples are not uploaded."""
+
+
+def create_sample_lake(lake: Path | str, *, force: bool = False) -> dict[str, int]:
+    """Write the sample lake when ``lake`` is empty (or ``force``); return files per dataset.
+    An ``s3://`` lake raises S3LakeNotWritten, saying how to upload the samples instead."""
+    if isinstance(lake, str) and lake.startswith("s3://"):
+        raise S3LakeNotWritten(
+            f"LAKE_DIR is {lake}: laketrain never writes to an S3 lake (it only lists and reads "
+            "it). Write the samples to a folder (LAKE_DIR=/some/folder laketrain sample-lake), "
+            f"then upload them: aws s3 cp --recursive /some/folder {lake}/ (docs/s3-lake.md)"
+        )
+    lake = Path(lake)
     if not force and not lake_is_empty(lake):
         return {}
     lake.mkdir(parents=True, exist_ok=True)

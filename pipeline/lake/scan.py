@@ -10,6 +10,10 @@ fast path runs inside the walk (``walk.FastPath``) against five values per ledge
 statement at all (their last sighting is the scan's, ``pipeline.lake.last_seen``). All SQL
 runs on a plain DBAPI connection (``ledger_db``), so a SQLite store at head is scanned without
 importing SQLAlchemy (``pipeline.metadata.fastpath``).
+
+An ``s3://`` lake goes through the same steps with listings instead of the stat walk
+(``pipeline.lake.s3walk``), streamed GETs instead of file reads (``pipeline.lake.s3hashing``)
+and (size, LastModified, ETag, VersionId) as the fast-path key (docs/s3-lake.md).
 """
 
 from __future__ import annotations

@@ -84,3 +84,9 @@ def test_a_dead_endpoint_is_one_line_naming_the_url(lt_env, monkeypatch):
     assert "Traceback" not in out.stderr
     assert "s3://some-bucket/lake" in out.stderr and "after 2 attempts" in out.stderr
     assert TEST_SECRET_ACCESS_KEY not in out.stderr + out.stdout
+
+
+def test_sample_lake_refuses_to_write_to_an_s3_lake(lt_env):
+    out = laketrain(lt_env, "sample-lake", LAKE_DIR="s3://some-bucket/lake")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "never writes to an S3 lake" in out.stderr and "aws s3 cp --recursive" in out.stderr
