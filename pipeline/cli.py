@@ -3,54 +3,23 @@ wires them together and turns known errors into a clean message and exit code.
 
 Start-up is part of every command's cost (`laketrain scan` of an unchanged lake is mostly
 start-up): nothing heavy is imported here at module level. rich is loaded when something is
-printed (``console``/``err_console`` are made on first use), SQLAlchemy, Alembic and each
-command's own modules inside the command.
+printed (pipeline/console.py, shared with every area's commands), SQLAlchemy, Alembic and
+each command's own modules inside the command.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
-import sys
 from typing import Annotated, Any
 
 import click
 import typer
 from typer.core import TyperGroup
 
+from pipeline.console import err, fail, out, print_json
+from pipeline.console import table as make_table
 from pipeline.settings import SettingsError, get_settings
-
-
-def _make_console(*, stderr: bool = False):  # -> rich.console.Console
-    from rich.console import Console
-
-    class _Console(Console):
-        """Wraps long lines only on a terminal: a message written to a file or a pipe stays
-        one line, whatever COLUMNS says, so it can be grepped and logged whole."""
-
-        @property  # type: ignore[override]
-        def soft_wrap(self) -> bool:
-            return not self.is_terminal
-
-        @soft_wrap.setter
-        def soft_wrap(self, value: bool) -> None:  # Console.__init__ assigns it; ignore it
-            pass
-
-    return _Console(stderr=stderr)
-
-
-_consoles: dict[str, Any] = {}
-
-
-def __getattr__(name: str) -> Any:
-    # PEP 562: `cli.console` / `cli.err_console` (used by every area's commands) are made on
-    # first use, so a command that prints nothing through rich never imports it.
-    if name in ("console", "err_console"):
-        if name not in _consoles:
-            _consoles[name] = _make_console(stderr=name == "err_console")
-        return _consoles[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _LaketrainGroup(TyperGroup):
@@ -110,15 +79,6 @@ db_app = typer.Typer(help="The metadata store.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
-def fail(message: str, code: int = 2) -> None:
-    __getattr__("err_console").print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
-    raise typer.Exit(code)
-
-
-def print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-
-
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Apply the metadata-store migrations."""
@@ -127,7 +87,7 @@ def db_upgrade(revision: str = "head") -> None:
     url = get_settings().database_url
     engine = make_engine(url)
     upgrade(engine, revision)
-    _out().print(f"metadata store at revision [bold]{current_revision(engine)}[/]")
+    out().print(f"metadata store at revision [bold]{current_revision(engine)}[/]")
 
 
 @db_app.command("current")
@@ -135,7 +95,7 @@ def db_current() -> None:
     """Print the metadata store's migration revision."""
     from pipeline.metadata.store import current_revision, make_engine
 
-    _out().print(current_revision(make_engine(get_settings().database_url)) or "(empty)")
+    out().print(current_revision(make_engine(get_settings().database_url)) or "(empty)")
 
 
 @app.command("sample-lake")
@@ -153,12 +113,12 @@ def sample_lake(
     except ValueError as exc:  # an s3:// lake: laketrain does not write to it
         fail(str(exc))
     if written:
-        _out().print(
+        out().print(
             f"sample lake written to {lake}: "
             + ", ".join(f"{k} {v} files" for k, v in written.items())
         )
     else:
-        _out().print(f"lake {lake} already has data; nothing written")
+        out().print(f"lake {lake} already has data; nothing written")
 
 
 SCAN_COUNTS = (
@@ -215,7 +175,7 @@ def scan_cmd(
         return
     from rich.table import Table
 
-    console = _out()
+    console = out()
     summary = result.summary()
     title = f"scan {result.scan_id} of {settings.lake_dir}" + (f" / {dataset}" if dataset else "")
     table = Table(title=title, show_header=False)
@@ -234,7 +194,7 @@ def scan_cmd(
 
 def _hash_progress(*, show: bool):  # -> (context manager, on_total, on_progress)
     """A hashing progress bar on a terminal; off one (a pipe, --json) no bar and no rich."""
-    if not (show and _out().is_terminal):
+    if not (show and out().is_terminal):
         return contextlib.nullcontext(), None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
@@ -245,10 +205,6 @@ def _hash_progress(*, show: bool):  # -> (context manager, on_total, on_progress
         lambda n: progress.update(task, total=n),
         lambda n: progress.advance(task, n),
     )
-
-
-def _out():  # -> the stdout rich Console
-    return __getattr__("console")
 
 
 @app.command("files")
@@ -274,11 +230,9 @@ def files_cmd(
     if as_json:
         print_json(rows)
         return
-    from rich.table import Table
-
-    table = Table(title=f"{len(rows)} ledger rows")
-    for col in ("path", "size", "md5", "status", "last_seen", "error"):
-        table.add_column(col, overflow="fold")
+    table = make_table(
+        f"{len(rows)} ledger rows", "path", "size", "md5", "status", "last_seen", "error"
+    )
     for row in rows:
         table.add_row(
             row["path"],
@@ -288,7 +242,7 @@ def files_cmd(
             str(row["last_seen"])[:19],
             row["error"] or "",
         )
-    _out().print(table)
+    out().print(table)
 
 
 def _register_areas() -> None:
@@ -306,7 +260,7 @@ def main() -> None:
     try:
         get_settings()
     except SettingsError as exc:
-        __getattr__("err_console").print(f"[bold red]error:[/] {exc}", highlight=False)
+        err().print(f"[bold red]error:[/] {exc}", highlight=False)
         raise SystemExit(2) from None
     app()
 

@@ -12,11 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-
-def _cli():
-    from pipeline import cli
-
-    return cli
+from pipeline.console import fail, out, print_json, print_whole, say, table, warn
 
 
 def _resolve(ref: str) -> str:
@@ -25,22 +21,8 @@ def _resolve(ref: str) -> str:
     try:
         return resolve_run(ref)
     except RunNotFoundError as exc:
-        _cli().fail(str(exc), code=1)
+        fail(str(exc), code=1)
         raise AssertionError("unreachable") from None
-
-
-def _table(table: Any) -> None:
-    """A table whole: on a terminal at its width; to a file or a pipe wide enough that names
-    and URLs are never folded (they are grepped and copied)."""
-    console = _cli().console
-    if console.is_terminal:
-        console.print(table, markup=False)
-        return
-    saved, console.width = console.width, 250
-    try:
-        console.print(table, markup=False)
-    finally:
-        console.width = saved
 
 
 def _num(value: Any) -> str:
@@ -75,21 +57,18 @@ def runs_cmd(
     """List training runs, newest first: name, dataset, version, status, best metric, time."""
     from pipeline.runs import RUN_STATUSES, list_runs
 
-    cli = _cli()
     if status is not None and status not in RUN_STATUSES:
-        cli.fail(f"--status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+        fail(f"--status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
     page = list_runs(dataset, status, limit=limit)
     if as_json:
-        cli.print_json(page)
+        print_json(page)
         return
-    from rich.table import Table
-
-    table = Table(title=f"{len(page['runs'])} of {page['total']} runs")
-    for col in ("name", "dataset", "version", "status", "best metric", "duration", "started"):
-        table.add_column(col, overflow="fold")
-    table.add_column("RUN_ID", overflow="fold")
+    listing = table(
+        f"{len(page['runs'])} of {page['total']} runs",
+        *("name", "dataset", "version", "status", "best metric", "duration", "started", "RUN_ID"),
+    )
     for r in page["runs"]:
-        table.add_row(
+        listing.add_row(
             (r["name"] or "-") + (" [champion]" if r["is_champion"] else ""),
             r["dataset"],
             r["version_tag"] or r["version_id"][:12],
@@ -99,7 +78,7 @@ def runs_cmd(
             (r["started_at"] or "")[:19],
             r["run_id"],
         )
-    _table(table)
+    print_whole(listing)
 
 
 def run_cmd(
@@ -109,53 +88,53 @@ def run_cmd(
     """One run: params, version, attempts, error, checkpoints and per-epoch metrics."""
     from pipeline.runs import get_run, run_page_url
 
-    cli = _cli()
     row = get_run(_resolve(run_id), metrics=True)
     if row is None:
-        cli.fail(f"no run {run_id!r}", code=1)
+        fail(f"no run {run_id!r}", code=1)
     if as_json:
-        cli.print_json(row)
+        print_json(row)
         return
     from rich.table import Table
 
-    c = cli.console
-    p = lambda text: c.print(text, highlight=False, markup=False)  # noqa: E731
-    p(
+    say(
         f"{row['name'] or row['run_id']}  ({row['status']})"
         + ("  champion" if row["is_champion"] else "")
     )
-    p(
+    say(
         f"RUN_ID {row['run_id']}"
         + (f"  dag {row['dag_id']} / {row['dag_run_id']}" if row["dag_run_id"] else "")
     )
-    p(f"dataset {row['dataset']}, version {row['version_tag'] or '-'} ({row['version_id']})")
-    p(f"manifest sha256 {row['manifest_sha256'] or '-'}")
-    p(f"best {_metric(row)}, duration {_duration(row['duration_s'])}, started {row['started_at']}")
+    say(f"dataset {row['dataset']}, version {row['version_tag'] or '-'} ({row['version_id']})")
+    say(f"manifest sha256 {row['manifest_sha256'] or '-'}")
+    say(
+        f"best {_metric(row)}, duration {_duration(row['duration_s'])}, started {row['started_at']}"
+    )
     cv = row.get("code_version") or {}
     code = (
         f"git {cv['commit'][:12]}{' (dirty)' if cv.get('dirty') else ''}"
         if cv.get("commit")
         else f"package {cv.get('package_version') or '-'}"
     )
-    p(f"code {code}, requirements.lock sha256 {(row.get('lock_sha256') or '-')[:12]}")
-    p(f"launcher {row['launcher'] or '-'}, command {' '.join(row['command'] or []) or '-'}")
+    say(f"code {code}, requirements.lock sha256 {(row.get('lock_sha256') or '-')[:12]}")
+    say(f"launcher {row['launcher'] or '-'}, command {' '.join(row['command'] or []) or '-'}")
     if row.get("image"):
-        p(
+        say(
             f"image {row['image']}"
             + (f" ({row['image_digest']})" if row.get("image_digest") else "")
         )
-    p(f"page {run_page_url(row['run_id'])} (under the Airflow api-server)")
+    say(f"page {run_page_url(row['run_id'])} (under the Airflow api-server)")
     if row.get("error"):
-        p(f"error: {row['error']}")
+        say(f"error: {row['error']}")
     params = Table(title="params")
     params.add_column("name")
     params.add_column("value", overflow="fold")
     for k, v in sorted(row["params"].items()):
         params.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
-    _table(params)
-    attempts = Table(title=f"{len(row['attempt_log'])} attempt(s)")
-    for col in ("n", "status", "launcher", "started", "ended", "exit code", "error"):
-        attempts.add_column(col, overflow="fold")
+    print_whole(params)
+    attempts = table(
+        f"{len(row['attempt_log'])} attempt(s)",
+        *("n", "status", "launcher", "started", "ended", "exit code", "error"),
+    )
     for a in row["attempt_log"]:
         attempts.add_row(
             str(a["n"]),
@@ -166,13 +145,13 @@ def run_cmd(
             _num(a["exit_code"]),
             a["error"] or "",
         )
-    _table(attempts)
+    print_whole(attempts)
     # Lines, not a table: a URL must come out whole (a table folds it at the width).
-    p(f"{len(row['checkpoints'])} checkpoint(s):")
+    say(f"{len(row['checkpoints'])} checkpoint(s):")
     for k in row["checkpoints"]:
         best = " best" if k["is_best"] else ""
         gone = " (deleted by retention)" if k["deleted_at"] else ""
-        p(
+        say(
             f"  step {k['step']} epoch {_num(k['epoch'])} metric {_num(k['metric'])}{best}  {k['url']}{gone}"
         )
     m = row["metrics"]
@@ -182,13 +161,13 @@ def run_cmd(
             epochs.add_column(col, justify="right")
         for rec in m["epochs"]:
             epochs.add_row(*(_num(rec.get(col)) for col in m["columns"]))
-        _table(epochs)
+        print_whole(epochs)
     elif m["error"]:
-        p(f"metrics: {m['error']}")
+        say(f"metrics: {m['error']}")
     for f in m["diagnosis"]:
-        p(f"diagnosis [{f.get('rule')}] {f.get('message')}")
+        say(f"diagnosis [{f.get('rule')}] {f.get('message')}")
     for e in row["events"]:
-        p(f"{e['time'][:19]} {e['level']} {e['message']}")
+        say(f"{e['time'][:19]} {e['level']} {e['message']}")
 
 
 def compare_cmd(
@@ -200,25 +179,21 @@ def compare_cmd(
     their versions."""
     from pipeline.runs import compare_runs
 
-    cli = _cli()
     a, b = _resolve(run_a), _resolve(run_b)
     d = compare_runs(a, b)
     if as_json:
-        cli.print_json(d)
+        print_json(d)
         return
-    from rich.table import Table
 
-    c = cli.console
+    c = out()
     ra, rb = d["a"], d["b"]
     na, nb = ra["name"] or ra["run_id"], rb["name"] or rb["run_id"]
 
     def side_by_side(title: str, rows: list[dict]) -> None:
-        table = Table(title=title)
-        for col in ("", na, nb):
-            table.add_column(col, overflow="fold")
+        pairs = table(title, "", na, nb)
         for r in rows:
-            table.add_row(r.get("name") or r.get("label"), _num(r["a"]), _num(r["b"]))
-        _table(table)
+            pairs.add_row(r.get("name") or r.get("label"), _num(r["a"]), _num(r["b"]))
+        print_whole(pairs)
 
     side_by_side(f"params that differ ({len(d['params'])})", d["params"])
     side_by_side("metrics", d["metrics"])
@@ -249,18 +224,16 @@ def models_cmd(
     """The runs that produced a model: version, metric and best checkpoint URL."""
     from pipeline.runs import models
 
-    cli = _cli()
     rows = models(dataset)
     if as_json:
-        cli.print_json(rows)
+        print_json(rows)
         return
-    from rich.table import Table
-
-    table = Table(title=f"{len(rows)} model(s)")
-    for col in ("name", "alias", "dataset", "version", "metric", "checkpoint", "RUN_ID"):
-        table.add_column(col, overflow="fold")
+    listing = table(
+        f"{len(rows)} model(s)",
+        *("name", "alias", "dataset", "version", "metric", "checkpoint", "RUN_ID"),
+    )
     for r in rows:
-        table.add_row(
+        listing.add_row(
             r["name"] or "-",
             ",".join(r["aliases"]),
             r["dataset"],
@@ -269,7 +242,7 @@ def models_cmd(
             r["checkpoint_url"],
             r["run_id"],
         )
-    _table(table)
+    print_whole(listing)
 
 
 def promote_cmd(
@@ -283,16 +256,15 @@ def promote_cmd(
     from pipeline.runs import RunNotFoundError, promote
     from pipeline.runs.models import PromotionError
 
-    cli = _cli()
     try:
         out = promote(_resolve(run_id), by=by)
     except (RunNotFoundError, PromotionError) as exc:
-        cli.fail(str(exc), code=1)
+        fail(str(exc), code=1)
     if as_json:
-        cli.print_json(out)
+        print_json(out)
         return
     before = f" (was {out['previous']})" if out["previous"] else ""
-    cli.console.print(
+    out().print(
         f"{out['run_id']} is the {out['alias']} of {out['dataset']}{before}; by {out['by']} at {out['at']}",
         markup=False,
         highlight=False,
@@ -320,11 +292,10 @@ def reproduce_cmd(
     from pipeline.runs import get_run, record_run_event, repro
     from pipeline.runs.reproduce import config_differences, params_of, train_conf, trainer_env_lines
 
-    cli = _cli()
     row = get_run(_resolve(run_id))
     assert row is not None
     for line in repro.differences(row):
-        cli.err_console.print(f"warning: {line}", markup=False, highlight=False)
+        warn(f"warning: {line}")
     from pipeline.orchestration.user_run import launch
     from pipeline.orchestration.user_run import new_run_id as make_run_id
 
@@ -333,7 +304,7 @@ def reproduce_cmd(
         params = params_of(row)
         conf = train_conf(row)
     except ContractError as exc:
-        cli.fail(f"the run's recorded params cannot be rerun: {exc}")
+        fail(f"the run's recorded params cannot be rerun: {exc}")
     if print_only:
         print(f"# the train DAG: airflow dags trigger train --conf '{json.dumps(conf)}'")
         print(f"# any launcher: this environment (RUN_ID {new})")
@@ -359,46 +330,45 @@ def lineage_cmd(
     versions → runs → models)."""
     from pipeline.runs import RunNotFoundError, file_lineage, resolve_run, run_lineage
 
-    cli = _cli()
     try:
         out: dict[str, Any] = {"kind": "run", **run_lineage(resolve_run(ref))}
     except RunNotFoundError:
         out = {"kind": "file", **file_lineage(ref)}
     if as_json:
-        cli.print_json(out)
+        print_json(out)
         return
-    c = cli.console
-    p = lambda text: c.print(text, markup=False, highlight=False)  # noqa: E731
     if out["kind"] == "run":
         r, v = out["run"], out["version"]
         if out["model"]:
             alias = f" [{', '.join(out['model']['aliases'])}]" if out["model"]["aliases"] else ""
-            p(f"model {out['model']['checkpoint_url']}{alias}")
-        p(f"  ← run {r['name'] or r['run_id']} ({r['status']}, {_metric(r)}) RUN_ID {r['run_id']}")
+            say(f"model {out['model']['checkpoint_url']}{alias}")
+        say(
+            f"  ← run {r['name'] or r['run_id']} ({r['status']}, {_metric(r)}) RUN_ID {r['run_id']}"
+        )
         if v is None:
-            p(f"    ← version {r['version_id']} (not in this store)")
+            say(f"    ← version {r['version_id']} (not in this store)")
             return
-        p(f"    ← version {v['tag']} ({v['version_id']}), {v['samples']} samples")
+        say(f"    ← version {v['tag']} ({v['version_id']}), {v['samples']} samples")
         f = out["files"]
-        p(
+        say(
             f"      ← {f['total']} lake file(s)"
             + (f", the first {len(f['files'])}:" if f["files"] else "")
         )
         for x in f["files"]:
-            p(f"        {x['path']}  {x['md5']}  {x['label']}  {x['split']}")
+            say(f"        {x['path']}  {x['md5']}  {x['label']}  {x['split']}")
         return
     if not out["versions"]:
-        cli.fail(f"{ref!r} is neither a run nor a file of any version", code=1)
-    p(f"file {ref}")
+        fail(f"{ref!r} is neither a run nor a file of any version", code=1)
+    say(f"file {ref}")
     for v in out["versions"]:
-        p(f"  → version {v['tag']} ({v['path']}, {v['label']}, {v['split']})")
+        say(f"  → version {v['tag']} ({v['path']}, {v['label']}, {v['split']})")
         for r in v["runs"]:
             model = (
                 " → model" + (f" [{', '.join(r['aliases'])}]" if r["aliases"] else "")
                 if r["is_model"]
                 else ""
             )
-            p(f"    → run {r['name'] or r['run_id']} ({r['status']}, {_metric(r)}){model}")
+            say(f"    → run {r['name'] or r['run_id']} ({r['status']}, {_metric(r)}){model}")
 
 
 def register(app: typer.Typer) -> None:

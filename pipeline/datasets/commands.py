@@ -11,12 +11,7 @@ from typing import Annotated
 
 import typer
 
-
-def _cli():
-    from pipeline import cli
-
-    return cli
-
+from pipeline.console import err, fail, out, print_json, say, short_time, table, warn
 
 _LATEST_HELP = (
     "Dataset that 'latest' means (default: the dataset of the other version, "
@@ -60,8 +55,7 @@ def build_cmd(
     from pipeline.datasets.buildlock import BuildBusyError
     from pipeline.lake.scan import ScanBusyError
 
-    cli = _cli()
-    show_bar = cli.console.is_terminal and not as_json
+    show_bar = out().is_terminal and not as_json
     progress = Progress(
         "decoding",
         BarColumn(),
@@ -82,36 +76,34 @@ def build_cmd(
                 ),
                 on_shard=lambda ref: progress.advance(task, ref.n_files),
                 wait=wait,
-                on_wait=lambda message: cli.err_console.print(
-                    message, markup=False, highlight=False
-                ),
+                on_wait=lambda message: err().print(message, markup=False, highlight=False),
             )
     except (BuildBusyError, ScanBusyError) as exc:
-        cli.fail(str(exc), code=3)  # like `laketrain scan --no-wait`
+        fail(str(exc), code=3)  # like `laketrain scan --no-wait`
     except BuildError as exc:
-        cli.fail(str(exc), code=1)
+        fail(str(exc), code=1)
     except _known_errors() as exc:
-        cli.fail(str(exc))
+        fail(str(exc))
     if as_json:
-        cli.print_json(report.to_dict())
+        print_json(report.to_dict())
         return
     v = report.version
-    cli.console.print(
+    out().print(
         f"{report.shards} shard(s), {report.decoded} file(s) decoded, {report.invalid} invalid, "
         f"{report.reused_segments} segment(s) reused",
         highlight=False,
     )
     if v is None:
-        cli.console.print(f"no change: [bold]{dataset}[/] is up to date")
+        out().print(f"no change: [bold]{dataset}[/] is up to date")
         return
     if v.head_move == "returned":  # an older version's content again: nothing new published
-        cli.console.print(
+        out().print(
             f"head moved back to [bold green]{v.tag}[/] ({v.version_id[:12]}): {v.samples} "
             f"samples (train {v.train} / val {v.val}); the lake holds its content again",
             highlight=False,
         )
         return
-    cli.console.print(
+    out().print(
         f"published [bold green]{v.tag}[/] ({v.version_id[:12]}): {v.samples} samples "
         f"(train {v.train} / val {v.val}), +{v.added} −{v.removed} ~{v.changed} vs "
         f"{(v.parent_id or 'nothing')[:12]}",
@@ -128,58 +120,47 @@ def versions_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List dataset versions, newest first."""
-    from rich.table import Table
-
     from pipeline.datasets.cli_refs import SHORT_ID, known_datasets, unknown_dataset_message
     from pipeline.datasets.queries import list_versions
     from pipeline.settings import get_settings
 
-    cli = _cli()
     rows = list_versions(dataset, limit=limit, include_deleted=show_all)
     if dataset is not None and not rows:
         known = known_datasets(get_settings().lake_dir)
         if dataset not in known:
-            cli.fail(unknown_dataset_message(dataset, known))
+            fail(unknown_dataset_message(dataset, known))
     if as_json:
-        cli.print_json(rows)
+        print_json(rows)
         return
-    from rich import box
-
     # The short id is the column people copy (show/diff/export take it as a prefix): it never
     # wraps, and the row fits 80 columns; tags and full ids are in --json and `show`.
-    table = Table(
-        title=f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""),
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-        show_edge=False,
-    )
-    table.add_column("id", no_wrap=True)
+    listing = table(f"{len(rows)} version(s)" + (f" of {dataset}" if dataset else ""), compact=True)
+    listing.add_column("id", no_wrap=True)
     if dataset is None:
-        table.add_column("dataset", overflow="fold")
-    table.add_column("created UTC", no_wrap=True)
-    table.add_column("samples", justify="right", no_wrap=True)
-    table.add_column("train/val", justify="right", no_wrap=True)
-    table.add_column("vs parent", justify="right", no_wrap=True)
-    table.add_column("bad", justify="right", no_wrap=True)
+        listing.add_column("dataset", overflow="fold")
+    listing.add_column("created UTC", no_wrap=True)
+    listing.add_column("samples", justify="right", no_wrap=True)
+    listing.add_column("train/val", justify="right", no_wrap=True)
+    listing.add_column("vs parent", justify="right", no_wrap=True)
+    listing.add_column("bad", justify="right", no_wrap=True)
     # Without --all only committed and quarantined (held by the quality gate) rows are listed:
     # the column shows up when one of them is held.
     with_status = show_all or any(r["status"] != "committed" for r in rows)
     if with_status:
-        table.add_column("status", no_wrap=True)  # blank = committed, so the row fits 80
+        listing.add_column("status", no_wrap=True)  # blank = committed, so the row fits 80
     for r in rows:
         cells = [
             r["version_id"][:SHORT_ID],
             *([r["dataset"]] if dataset is None else []),
-            r["created_at"][5:16].replace("T", " "),
+            short_time(r["created_at"]),
             str(r["samples"]),
             f"{r['train']}/{r['val']}",
             _compact_diff(r),
             str(r["invalid"]),
         ]
         status = "" if r["status"] == "committed" else r["status"]
-        table.add_row(*cells, *([status] if with_status else []))
-    cli.console.print(table)
+        listing.add_row(*cells, *([status] if with_status else []))
+    out().print(listing)
 
 
 def _compact_diff(r: dict) -> str:
@@ -203,15 +184,14 @@ def show_cmd(
     from pipeline.datasets.cli_refs import dataset_for_refs
     from pipeline.datasets.queries import get_version
 
-    cli = _cli()
     try:
         v = get_version(version, dataset_for_refs([version], dataset))
     except _known_errors() as exc:
-        cli.fail(str(exc))
+        fail(str(exc))
     if as_json:
-        cli.print_json(v)
+        print_json(v)
         return
-    c = cli.console
+    c = out()
     c.print(f"[bold]{v['tag']}[/]  {v['version_id']}", highlight=False)
     parent = v["parent"]
     c.print(
@@ -229,27 +209,27 @@ def show_cmd(
     )
     c.print(f"mean {v['mean']}  std {v['std']}", highlight=False)
     counts = v["counts"]
-    table = Table(
+    per_class = Table(
         title=f"{counts['samples']} samples from {counts['files']} files ({counts.get('duplicates', 0)} duplicates)"
     )
     regression = m.get("task") == "regression"
-    table.add_column("target" if regression else "class")
-    table.add_column("train", justify="right")
-    table.add_column("val", justify="right")
+    per_class.add_column("target" if regression else "class")
+    per_class.add_column("train", justify="right")
+    per_class.add_column("val", justify="right")
     per = counts["per_split"]
     if regression:  # a histogram of the numeric target instead of class counts
         from pipeline.datasets.targets import histogram_rows
 
         for row in histogram_rows(m.get("target") or {}):
-            table.add_row(row["label"], str(row["train"]), str(row["val"]))
+            per_class.add_row(row["label"], str(row["train"]), str(row["val"]))
     for cls in sorted(set(per["train"]["classes"]) | set(per["val"]["classes"])):
-        table.add_row(
+        per_class.add_row(
             cls or "(none)",
             str(per["train"]["classes"].get(cls, 0)),
             str(per["val"]["classes"].get(cls, 0)),
         )
-    table.add_row("[bold]total[/]", str(counts["train"]), str(counts["val"]))
-    c.print(table)
+    per_class.add_row("[bold]total[/]", str(counts["train"]), str(counts["val"]))
+    c.print(per_class)
     if v["invalid_files"]:
         bad = Table(title=f"{len(v['invalid_files'])} invalid file(s) / line(s) left out")
         bad.add_column("path", overflow="fold")
@@ -271,17 +251,16 @@ def diff_cmd(
     from pipeline.datasets.cli_refs import dataset_for_refs
     from pipeline.datasets.queries import diff_versions
 
-    cli = _cli()
     try:
         d = diff_versions(
             a, b, dataset=dataset_for_refs([a, b], dataset), limit=None if as_json else limit
         )
     except _known_errors() as exc:
-        cli.fail(str(exc))
+        fail(str(exc))
     if as_json:
-        cli.print_json(d)
+        print_json(d)
         return
-    c = cli.console
+    c = out()
     n = d["counts"]
     c.print(
         f"{d['a']['tag']} → {d['b']['tag']}: +{n['added']} added, −{n['removed']} removed, ~{n['changed']} changed",
@@ -313,56 +292,48 @@ def contains_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Which versions hold a file (by lake path or by md5), or why the lake's file is in none."""
-    from rich import box
-    from rich.table import Table
-
     from pipeline.datasets.cli_refs import SHORT_ID, lake_file_holders
     from pipeline.settings import get_settings
 
-    cli = _cli()
     try:
         found = lake_file_holders(path_or_md5, dataset=dataset, lake_dir=get_settings().lake_dir)
     except ValueError as exc:
-        cli.fail(str(exc))
+        fail(str(exc))
     rows = found.rows
     rejected = [f"rejected: {r['reason']} ({r['path']}, {r['status']})" for r in found.rejected]
     if as_json:
-        cli.print_json(rows)
+        print_json(rows)
         for line in rejected if not rows else []:
-            cli.err_console.print(line, markup=False, highlight=False)
+            warn(line)
         return
     if not rows:
         for line in rejected or [f"no version contains {found.key}"]:
-            cli.console.print(line, markup=False, highlight=False)
+            say(line)
         raise typer.Exit(1)
     by_md5 = len({r["path"] for r in rows}) > 1 or rows[0]["path"] != found.key
-    table = Table(
-        title=f"{len({r['version_id'] for r in rows})} version(s) contain {found.key}",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-        show_edge=False,
+    listing = table(
+        f"{len({r['version_id'] for r in rows})} version(s) contain {found.key}", compact=True
     )
     # Short ids and md5s never wrap (full ones: --json); a path folds only when it must.
-    table.add_column("id", no_wrap=True)
-    table.add_column("created UTC", no_wrap=True)
-    table.add_column(
+    listing.add_column("id", no_wrap=True)
+    listing.add_column("created UTC", no_wrap=True)
+    listing.add_column(
         "path" if by_md5 else "md5", **({"overflow": "fold"} if by_md5 else {"no_wrap": True})
     )
     for col in ("label", "split", "index"):
-        table.add_column(col, overflow="fold")
+        listing.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(
+        listing.add_row(
             r["version_id"][:SHORT_ID],
-            r["created_at"][5:16].replace("T", " "),
+            short_time(r["created_at"]),
             r["path"] if by_md5 else r["md5"][:SHORT_ID],
             str(r["label"]),
             r["split"],
             str(r["index"]),
         )
-    cli.console.print(table)
+    out().print(listing)
     for line in rejected:
-        cli.console.print(f"now {line}", markup=False, highlight=False)
+        say(f"now {line}")
 
 
 def export_cmd(
@@ -376,15 +347,14 @@ def export_cmd(
     from pipeline.datasets.cli_refs import dataset_for_refs
     from pipeline.datasets.export import export_version, open_ref
 
-    cli = _cli()
     try:
         reader = open_ref(version, dataset=dataset_for_refs([version], dataset))
         if split:
             reader = reader.split(split)
         summary = export_version(reader, dest, fmt=fmt)
     except _known_errors() as exc:
-        cli.fail(str(exc))
-    cli.console.print(
+        fail(str(exc))
+    out().print(
         f"exported {summary['samples']} samples of {summary['tag']} to {dest} ({fmt})",
         highlight=False,
     )
@@ -405,16 +375,15 @@ def gc_cmd(
     """Delete old versions and unreferenced segments (a dry run unless --apply)."""
     from pipeline.datasets.gc import collect
 
-    cli = _cli()
     try:
         plan = collect(keep_last=keep_last, apply=apply, min_age_s=min_age)
     except _known_errors() as exc:
-        cli.fail(str(exc))
+        fail(str(exc))
     if as_json:
-        cli.print_json(plan.to_dict())
+        print_json(plan.to_dict())
         return
     verb = "deleted" if plan.applied else "would delete"
-    c = cli.console
+    c = out()
     c.print(
         f"{verb}: {len(plan.versions)} version(s), {len(plan.segments)} segment(s) "
         f"({plan.bytes / 1e6:.1f} MB), {len(plan.leftovers)} leftover folder(s)",

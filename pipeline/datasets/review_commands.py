@@ -7,18 +7,15 @@ commands so that ``laketrain --help`` stays fast.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
+from pipeline.console import fail, out, print_json, say
+
 _LATEST_HELP = "Dataset that 'latest' means (default: the only dataset with versions)."
 _BY_HELP = "Who decides, as recorded (default: the OS user running the command)."
-
-
-def _cli():
-    from pipeline import cli
-
-    return cli
 
 
 def _errors() -> tuple[type[BaseException], ...]:
@@ -44,17 +41,15 @@ def quality_cmd(
     """Show a version's quality report, the gate's verdict and its review history."""
     from pipeline.datasets.quality.view import quality_of
 
-    cli = _cli()
     try:
         q = quality_of(version, _dataset(version, dataset))
     except _errors() as exc:
-        cli.fail(str(exc))
+        fail(str(exc))
     if as_json:
-        cli.print_json(q)
+        print_json(q)
         return
-    out = cli.console
-    out.print(f"{q['tag']}  {q['version_id']}  status {q['status']}", highlight=False, markup=False)
-    out.print(q["summary"] or "no quality report (built before reports existed)", markup=False)
+    say(f"{q['tag']}  {q['version_id']}  status {q['status']}")
+    out().print(q["summary"] or "no quality report (built before reports existed)", markup=False)
     report = q["report"] or {}
     for title, key, rows in (
         ("label conflicts", "label_conflicts", "listed"),
@@ -64,27 +59,27 @@ def quality_cmd(
     ):
         listed = (report.get(key) or {}).get(rows) or []
         if listed:
-            out.print(f"{title}:", markup=False)
+            out().print(f"{title}:", markup=False)
         for entry in listed:
             labels = entry.get("labels") or entry.get("splits") or ""
             paths = ", ".join(entry.get("paths") or [])
-            out.print(f"  {paths}" + (f"  ({labels})" if labels else ""), markup=False)
+            out().print(f"  {paths}" + (f"  ({labels})" if labels else ""), markup=False)
     gate = q["gate"]
     if "error" in gate:
-        out.print(f"gate: recipe unreadable: {gate['error']}", markup=False)
+        out().print(f"gate: recipe unreadable: {gate['error']}", markup=False)
     elif gate["quarantined"]:
-        out.print("gate: would hold this version:", markup=False)
+        out().print("gate: would hold this version:", markup=False)
         for reason in gate["reasons"]:
-            out.print(f"  {reason}", markup=False)
+            out().print(f"  {reason}", markup=False)
     else:
-        out.print("gate: passes the recipe's [quality] rules", markup=False)
+        out().print("gate: passes the recipe's [quality] rules", markup=False)
     if q["status"] == "quarantined" and q["held_for"]:
-        out.print("quarantined because:", markup=False)
+        out().print("quarantined because:", markup=False)
         for reason in q["held_for"]:
-            out.print(f"  {reason}", markup=False)
+            out().print(f"  {reason}", markup=False)
     for r in q["reviews"]:
         why = f": {r['reason']}" if r["reason"] else ""
-        out.print(f"{r['at'][:19]}  {r['decision']} by {r['who']}{why}", markup=False)
+        out().print(f"{r['at'][:19]}  {r['decision']} by {r['who']}{why}", markup=False)
 
 
 def approve_cmd(
@@ -97,17 +92,9 @@ def approve_cmd(
     """Release a quarantined version: it becomes committed, and latest if the lake still holds
     its content. Run outside Airflow, no dataset event is sent (trigger `train` by hand, or
     answer the Required Action in Airflow instead)."""
-    from pipeline.datasets.quality.review import approve, current_user
+    from pipeline.datasets.quality.review import approve
 
-    cli = _cli()
-    try:
-        out = approve(version, who=by or current_user(), reason=reason, dataset=dataset)
-    except _errors() as exc:
-        cli.fail(str(exc), code=1)
-    if as_json:
-        cli.print_json(out.to_dict())
-    else:
-        cli.console.print(out.message, markup=False, highlight=False)
+    _decide(approve, version, by=by, reason=reason, dataset=dataset, as_json=as_json)
 
 
 def reject_cmd(
@@ -118,17 +105,31 @@ def reject_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Keep a quarantined version quarantined, recording who and why."""
-    from pipeline.datasets.quality.review import current_user, reject
+    from pipeline.datasets.quality.review import reject
 
-    cli = _cli()
+    _decide(reject, version, by=by, reason=reason, dataset=dataset, as_json=as_json)
+
+
+def _decide(
+    decision: Callable[..., Any],
+    version: str,
+    *,
+    by: str | None,
+    reason: str | None,
+    dataset: str | None,
+    as_json: bool,
+) -> None:
+    """Record an approve/reject decision (who: --by, else the OS user) and print its outcome."""
+    from pipeline.datasets.quality.review import current_user
+
     try:
-        out = reject(version, who=by or current_user(), reason=reason, dataset=dataset)
+        outcome = decision(version, who=by or current_user(), reason=reason, dataset=dataset)
     except _errors() as exc:
-        cli.fail(str(exc), code=1)
+        fail(str(exc), code=1)
     if as_json:
-        cli.print_json(out.to_dict())
+        print_json(outcome.to_dict())
     else:
-        cli.console.print(out.message, markup=False, highlight=False)
+        say(outcome.message)
 
 
 def register(app: typer.Typer) -> None:
