@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.datasets import recipes as rec
 from pipeline.datasets.recipes import (
     Recipe,
     RecipeError,
@@ -333,14 +332,17 @@ def test_recipe_hash_stable_for_equal_recipes_and_ignores_auto_train() -> None:
 
 
 def test_recipe_hash_changes_with_code_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.datasets import recipe_model
     from pipeline.datasets.preprocess.image import ImagePreprocessor
 
+    # The image preprocessor's version is the one the hash uses.
+    assert ImagePreprocessor.code_version == parse_recipe(BASE).code_version
     before = parse_recipe(BASE).recipe_hash
-    monkeypatch.setattr(ImagePreprocessor, "code_version", "image-999")
+    monkeypatch.setitem(recipe_model.CODE_VERSIONS, "image", "image-999")
     assert parse_recipe(BASE).recipe_hash != before
     monkeypatch.undo()
     assert parse_recipe(BASE).recipe_hash == before
-    monkeypatch.setattr(rec, "RECIPE_HASH_FORMAT", "other")
+    monkeypatch.setattr(recipe_model, "RECIPE_HASH_FORMAT", "other")
     assert parse_recipe(BASE).recipe_hash != before
 
 

@@ -5,10 +5,10 @@ from pipeline.datasets.preprocess.base import (
     DecodeResult,
     InvalidInput,
     Preprocessor,
-    preprocessor_for,
     sample_dtype,
     sample_shape,
 )
+from pipeline.datasets.preprocess.registry import preprocessor_for
 
 __all__ = [
     "Decoded",

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.datasets.preprocess.base import Decoded, DecodeResult, InvalidInput
-from pipeline.datasets.recipes import Recipe
+from pipeline.datasets.recipe_model import CODE_VERSIONS, Recipe
 
-CODE_VERSION = "array-1"
+CODE_VERSION = CODE_VERSIONS["array"]  # bumped in recipe_model.py: part of recipe_hash
 
 PICKLE_REASON = "pickled .npy refused (allow_pickle=False)"
 

@@ -1,12 +1,13 @@
-"""What every preprocessor returns, and how the build picks one.
+"""What every preprocessor returns (registry.py picks one for a recipe).
 
 A preprocessor turns ONE lake file into samples: an image or a ``.npy`` file into one sample,
 a table into one sample per row. A file that cannot be used at all raises :class:`InvalidInput`
 (the build records it in the ledger as ``invalid`` with ``reason`` and leaves it out); a table
 row that cannot be used goes to ``DecodeResult.invalid_rows`` while the good rows are kept.
 
-``code_version`` is part of ``recipe_hash``: bump it whenever a change to a preprocessor would
-change its output for the same input, so that stale processed samples are never reused.
+``code_version`` is part of ``recipe_hash``: bump it (``CODE_VERSIONS`` in
+pipeline/datasets/recipe_model.py) whenever a change to a preprocessor would change its output
+for the same input, so that stale processed samples are never reused.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from pipeline.datasets.recipes import Recipe
+    from pipeline.datasets.recipe_model import Recipe
 
 
 class InvalidInput(Exception):
@@ -57,23 +58,6 @@ class Preprocessor(Protocol):
     def decode(self, abspath: str, recipe: Recipe) -> DecodeResult:
         """Decode one file; raise InvalidInput when the whole file is unusable."""
         ...
-
-
-def preprocessor_for(recipe: Recipe) -> Preprocessor:
-    """The preprocessor for the recipe's modality (imported lazily: Pillow only when needed)."""
-    if recipe.modality == "image":
-        from pipeline.datasets.preprocess.image import ImagePreprocessor
-
-        return ImagePreprocessor()
-    if recipe.modality == "array":
-        from pipeline.datasets.preprocess.array import ArrayPreprocessor
-
-        return ArrayPreprocessor()
-    if recipe.modality == "table":
-        from pipeline.datasets.preprocess.table import TablePreprocessor
-
-        return TablePreprocessor()
-    raise ValueError(f"no preprocessor for modality {recipe.modality!r}")
 
 
 def sample_shape(recipe: Recipe) -> tuple[int, ...]:

@@ -28,9 +28,9 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from pipeline.datasets.preprocess.base import Decoded, DecodeResult, InvalidInput
-from pipeline.datasets.recipes import ImageShape, Recipe
+from pipeline.datasets.recipe_model import CODE_VERSIONS, ImageShape, Recipe
 
-CODE_VERSION = "image-1"
+CODE_VERSION = CODE_VERSIONS["image"]  # bumped in recipe_model.py: part of recipe_hash
 
 # Image.open(formats=...) names; MPO is the JPEG variant many phone cameras write.
 FORMATS = ("PNG", "JPEG", "MPO", "BMP", "WEBP", "TIFF")

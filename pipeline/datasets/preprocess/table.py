@@ -23,10 +23,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from pipeline.datasets.preprocess.base import Decoded, DecodeResult, InvalidInput
-from pipeline.datasets.recipes import Recipe, TableSpec
+from pipeline.datasets.recipe_model import CODE_VERSIONS, Recipe, TableSpec
 
-# table-2: row keys (per-row splits), and the id column is never a default feature.
-CODE_VERSION = "table-2"
+CODE_VERSION = CODE_VERSIONS["table"]  # bumped in recipe_model.py: part of recipe_hash
 
 
 class TablePreprocessor:
