@@ -34,3 +34,15 @@ def write_section(name: str, body: str, *, where: str | None = None) -> None:
         fh.seek(0)
         fh.truncate()
         fh.write(text.rstrip("\n") + "\n")
+
+
+def figures_table(rows: list[tuple[str, str]]) -> str:
+    """A two-column Markdown table of (measure, figure) rows."""
+    return "| measure | figure |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+
+
+def report(name: str, body: str, *, write: bool, where: str | None = None) -> None:
+    """Print a benchmark's section, and write it into RESULTS.md unless told not to."""
+    print(body)
+    if write:
+        write_section(name, body, where=where)

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._results import write_section  # noqa: E402
+from bench._baselines import backdate  # noqa: E402
+from bench._results import report  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / "_work" / "build"
 RECIPE = 'modality = "image"\n[image]\nsize = 96\nchannels = 3\nresize = "center_crop"\n[split]\nval_fraction = 0.2\n'
@@ -71,9 +72,7 @@ def make_images(
         Image.fromarray(crop).save(tmp, format="JPEG", quality=90)
         os.replace(tmp, p)
         paths.append(p)
-    old = time.time() - 3600
-    for p in paths:
-        os.utime(p, (old, old))
+    backdate(paths)
     return paths
 
 
@@ -301,9 +300,7 @@ def main() -> None:
         "release the GIL). The machine is shared with other jobs: the cores-busy figure says how "
         "much of its two cores the build got.\n"
     )
-    print(body)
-    if not args.no_write:
-        write_section("bench/build.py", body)
+    report("bench/build.py", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench._results import write_section  # noqa: E402
+from bench._results import report  # noqa: E402
 
 WORK = REPO / "bench" / "_work" / "ingest_latency"
 RECIPE = (
@@ -189,9 +189,7 @@ def main() -> int:
         "of each task process (scan, plan, one process task per shard, commit) on a shared 2-core "
         "machine."
     )
-    print(body)
-    if not args.no_write:
-        write_section("bench/ingest_latency.py", body)
+    report("bench/ingest_latency.py", body, write=not args.no_write)
     return 0 if median <= target else 2
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._results import write_section  # noqa: E402
+from bench._results import report  # noqa: E402
 from pipeline.datasets.quality.neardup import DEFAULT_DISTANCE  # noqa: E402
 from pipeline.datasets.quality.nearindex import NearIndex  # noqa: E402
 from pipeline.datasets.quality.phash import hamming, perceptual_hash  # noqa: E402
@@ -189,9 +189,7 @@ def main() -> None:
             "degenerate hashes (a gradient's ~all-0 dHash) left out.",
         ]
     )
-    print(body)
-    if not args.no_write:
-        write_section("bench/quality.py", body)
+    report("bench/quality.py", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

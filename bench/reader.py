@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._results import write_section  # noqa: E402
+from bench._results import figures_table, report  # noqa: E402
 from bench.build import make_images, setup_env  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / "_work" / "reader"
@@ -78,8 +78,8 @@ def main() -> None:
     from pipeline.datasets.recipes import load_recipe
 
     for name in ("rnpy", "rzarr"):
-        report = run_build(name)
-        assert report.version is not None and report.version.samples == args.images
+        built = run_build(name)
+        assert built.version is not None and built.version.samples == args.images
     rn = open_version("rnpy")
     rz = open_version("rzarr")
     export_version(rn, WORK / "raw")
@@ -193,7 +193,7 @@ def main() -> None:
         f"best of 5 interleaved runs for the npy reader and its memmap baseline, best of 3 (zarr) "
         f"or fewer (JPEG, zarr single reads) for the others.\n\n"
     )
-    body += "| measure | figure |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+    body += figures_table(rows)
     body += (
         "\n\n`get_batch` on image-sized npy rows copies each row straight from the segment's map "
         "into its place in the batch (one memcpy per row, no sort, byte views cached per segment); "
@@ -202,9 +202,7 @@ def main() -> None:
         "are stored uncompressed; each chunk read costs zarr's per-call overhead, MEASURED.md), which "
         "bounds its ratio to raw memmap far below 1x; it is reported, with no target, for contrast."
     )
-    print(body)
-    if not args.no_write:
-        write_section("bench/reader.py", body)
+    report("bench/reader.py", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._results import write_section  # noqa: E402
+from bench._baselines import bare_walk  # noqa: E402
+from bench._results import report  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / "_work" / "scale"
 CLASSES = 10
@@ -66,22 +67,6 @@ def make_files(lake: Path, start: int, count: int) -> None:
         with open(path, "wb") as fh:
             fh.write(header + np.full(SHAPE, i, dtype=np.float32).tobytes())
         os.utime(path, (old, old))
-
-
-def bare_walk(root: Path) -> float:
-    """Baseline: os.scandir + stat of every file, what any rescan must at least do."""
-    t = time.perf_counter()
-    stack = [str(root)]
-    n = 0
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
-                else:
-                    e.stat(follow_symlinks=False)
-                    n += 1
-    return time.perf_counter() - t
 
 
 def tree_bytes(root: Path, *, skip: str | None = None) -> int:
@@ -170,9 +155,7 @@ def main() -> None:
         + ("Missed: " + "; ".join(missed) + ".\n\n" if missed else "Every target met.\n\n")
         + "\n".join(notes)
     )
-    print(body)
-    if not args.no_write:
-        write_section("bench/scale.py", body)
+    report("bench/scale.py", body, write=not args.no_write)
 
 
 def run(args: argparse.Namespace, work: Path) -> tuple[list[tuple[str, str]], list[str], list[str]]:

@@ -26,7 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._results import write_section  # noqa: E402
+from bench._baselines import backdate, bare_walk  # noqa: E402
+from bench._results import figures_table, report, write_section  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / "_work" / "scan"
 
@@ -39,9 +40,7 @@ def make_files(root: Path, count: int, size: int, start: int = 0) -> list[Path]:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(i.to_bytes(8, "little") + rng[i - start : i - start + size - 8])
         paths.append(p)
-    old = time.time() - 3600
-    for p in paths:
-        os.utime(p, (old, old))
+    backdate(paths)
     return paths
 
 
@@ -64,20 +63,6 @@ def hashlib_pool(paths: list[str], workers: int = 2) -> float:
     t = time.perf_counter()
     with ProcessPoolExecutor(workers) as pool:
         list(pool.map(md5_path, paths, chunksize=256))
-    return time.perf_counter() - t
-
-
-def bare_walk(root: Path) -> float:
-    t = time.perf_counter()
-    stack = [str(root)]
-    n = 0
-    while stack:
-        for e in os.scandir(stack.pop()):
-            if e.is_dir(follow_symlinks=False):
-                stack.append(e.path)
-            else:
-                e.stat(follow_symlinks=False)
-                n += 1
     return time.perf_counter() - t
 
 
@@ -160,7 +145,7 @@ def main() -> None:
         *cli_lines,
     ]
     body = f"{args.files:,} files of {args.size:,} bytes, {args.workers} hash workers, SQLite ledger.\n\n"
-    body += "| measure | figure |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+    body += figures_table(rows)
     body += (
         "\n\nWhole process: `python -m pipeline.cli scan` from exec to exit (imports, settings, "
         "the migration check, the scan, the table), median of the runs; `dvc status` runs "
@@ -169,9 +154,7 @@ def main() -> None:
         "MetadataStore handle (SQLAlchemy session). The machine is shared: compare ratios "
         "measured in the same run."
     )
-    print(body)
-    if not args.no_write:
-        write_section("bench/scan.py", body)
+    report("bench/scan.py", body, write=not args.no_write)
 
 
 def cli_env(lake: Path) -> dict[str, str]:

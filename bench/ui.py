@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._results import write_section  # noqa: E402
+from bench._results import report  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / "_work" / "ui"
 PG_ADMIN = os.environ.get(
@@ -493,9 +493,7 @@ def main() -> None:
             *lines,
         ]
     body = "\n".join(lines + [""] + notes)
-    print(body)
-    if not args.no_write:
-        write_section("bench/ui.py", body)
+    report("bench/ui.py", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -193,9 +193,7 @@ def record_run_details(run_id: str, store: Any = None, **record: Any) -> dict:
     _check_run_id(run_id)
     extra = _record_fields(record)
     with _store(store).session() as session:
-        run = session.get(TrainingRun, run_id, with_for_update=True)
-        if run is None:
-            raise RunNotFoundError(f"run {run_id!r} is not recorded; call record_run_started first")
+        run = _locked_run(session, run_id)
         for key, value in extra.items():
             setattr(run, key, value)
         run.updated_at = utcnow()
@@ -222,9 +220,7 @@ def record_run_finished(
         raise ValueError(f"status must be one of {', '.join(RUN_FINAL_STATUSES)}, got {status!r}")
     best_metric = _check_metric("best_metric", best_metric)
     with _store(store).session() as session:
-        run = session.get(TrainingRun, run_id, with_for_update=True)
-        if run is None:
-            raise RunNotFoundError(f"run {run_id!r} is not recorded; call record_run_started first")
+        run = _locked_run(session, run_id)
         now = utcnow()
         run.status, run.finished_at, run.updated_at = status, now, now
         if best_metric is not None:
@@ -264,9 +260,7 @@ def record_checkpoint(
         raise ValueError(f"url must be a checkpoint URL (file:// or s3://), got {url!r}")
     metric = _check_metric("metric", metric)
     with _store(store).session() as session:
-        run = session.get(TrainingRun, run_id, with_for_update=True)
-        if run is None:
-            raise RunNotFoundError(f"run {run_id!r} is not recorded; call record_run_started first")
+        run = _locked_run(session, run_id)
         ckpt = session.execute(
             select(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step == step)
         ).scalar_one_or_none()
@@ -325,6 +319,15 @@ def record_run_event(
         run.events = [*(run.events or []), event][-MAX_EVENTS:]
         run.updated_at = utcnow()
         return True
+
+
+def _locked_run(session: Any, run_id: str) -> TrainingRun:
+    """The run's row, locked for this transaction (SELECT ... FOR UPDATE where the database
+    has it), or RunNotFoundError: results, details and checkpoints attach to a started run."""
+    run = session.get(TrainingRun, run_id, with_for_update=True)
+    if run is None:
+        raise RunNotFoundError(f"run {run_id!r} is not recorded; call record_run_started first")
+    return run
 
 
 def _iso(value: Any) -> str | None:
