@@ -4,6 +4,7 @@ that disagrees with the manifest, and a non-finite loss (reported with the sampl
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -123,3 +124,49 @@ def batch_paths(reader: Any, indices: Sequence[int]) -> list[str]:
         except Exception as exc:  # the report must not fail on a broken metadata line
             paths.append(f"? ({exc})")
     return paths
+
+
+def anomaly_trace(loss: Any) -> str:
+    """Run the backward of the bad loss under anomaly detection: autograd names the op that
+    produced NaN and prints the forward stack that created it (recorded because the whole
+    run has anomaly mode on)."""
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.autograd.detect_anomaly(check_nan=True):
+                loss.backward()
+        except RuntimeError as exc:
+            caught_text = "\n".join(str(w.message) for w in caught)
+            return f"{exc}\n{caught_text}".strip()
+    text = "\n".join(str(w.message) for w in caught)
+    return (
+        text
+        or "the backward pass produced no NaN: the loss itself is non-finite (check the inputs and the labels)"
+    )
+
+
+def non_finite_error(
+    reader: Any,
+    step: int,
+    epoch: int,
+    loss: Any,
+    indices: Any,
+    *,
+    trace: str | None = None,
+    other_rank: bool = False,
+) -> NonFiniteLossError:
+    """The error for a non-finite loss at ``step``, naming the batch's samples by their
+    files. ``other_rank``: the loss went bad on another rank; this one names its own batch."""
+    idx = [int(i) for i in indices.tolist()] if indices is not None else []
+    # Indices of the split view → the version's own sample paths via its metadata.
+    paths = batch_paths(reader, idx)
+    value = float(loss.detach()) if not other_rank else float("nan")
+    err = NonFiniteLossError(step, epoch, value, idx, paths, trace)
+    if other_rank:
+        err.args = (
+            f"non-finite loss on another rank at step {step}; this rank's batch: "
+            + ", ".join(map(str, idx[:20])),
+        )
+    return err

@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from training.assembly import assemble
 from training.config import TrainConfig
 from training.device import release_cached_memory, resolve_device
 from training.distributed import DistInfo, all_reduce_sum, gather_objects
-from training.guards import NonFiniteLossError, batch_paths
+from training.guards import NonFiniteLossError, anomaly_trace, non_finite_error
 from training.losses import LOWER_IS_BETTER
 from training.metrics import memory_mb, peak_memory_mb, regression_metrics, regression_sums
 from training.preemption import Preemption, StopRequested
@@ -219,7 +218,7 @@ class Trainer:
 
         local_bad = not bool(torch.isfinite(loss.detach()))
         if local_bad and cfg.runtime.detect_anomaly:
-            self._raise_non_finite(loss, indices, trace=self._anomaly_trace(loss))
+            raise self._non_finite(loss, indices, trace=anomaly_trace(loss))
         # One collective per step carries the loss, "some rank saw a non-finite loss" and
         # "some rank got SIGTERM", so every rank takes the same decision at the same step.
         flags = torch.tensor(
@@ -232,7 +231,7 @@ class Trainer:
         )
         flags = all_reduce_sum(flags, self.dist)
         if flags[1] > 0:
-            self._raise_non_finite(loss, indices, other_rank=not local_bad)
+            raise self._non_finite(loss, indices, other_rank=not local_bad)
 
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
@@ -259,45 +258,12 @@ class Trainer:
             "stop": float(flags[2]) > 0,
         }
 
-    def _anomaly_trace(self, loss: torch.Tensor) -> str:
-        """Run the backward of the bad loss under anomaly detection: autograd names the op that
-        produced NaN and prints the forward stack that created it (recorded because the whole
-        run has anomaly mode on)."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                with torch.autograd.detect_anomaly(check_nan=True):
-                    loss.backward()
-            except RuntimeError as exc:
-                caught_text = "\n".join(str(w.message) for w in caught)
-                return f"{exc}\n{caught_text}".strip()
-        text = "\n".join(str(w.message) for w in caught)
-        return (
-            text
-            or "the backward pass produced no NaN: the loss itself is non-finite (check the inputs and the labels)"
-        )
-
-    def _raise_non_finite(
-        self,
-        loss: torch.Tensor,
-        indices: torch.Tensor,
-        *,
-        trace: str | None = None,
-        other_rank: bool = False,
-    ) -> None:
+    def _non_finite(
+        self, loss: torch.Tensor, indices: torch.Tensor | None, **kw: Any
+    ) -> NonFiniteLossError:
         if indices is None:
             indices = self.data.last_indices
-        idx = [int(i) for i in indices.tolist()] if indices is not None else []
-        # Indices of the split view → the version's own sample paths via its metadata.
-        paths = batch_paths(self.train_reader, idx)
-        value = float(loss.detach()) if not other_rank else float("nan")
-        err = NonFiniteLossError(self.step, self.epoch, value, idx, paths, trace)
-        if other_rank:
-            err.args = (
-                f"non-finite loss on another rank at step {self.step}; this rank's batch: "
-                + ", ".join(map(str, idx[:20])),
-            )
-        raise err
+        return non_finite_error(self.train_reader, self.step, self.epoch, loss, indices, **kw)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
