@@ -184,6 +184,7 @@ def _shared_scope(module: str, root: Path) -> str | None:
     return None
 
 
+@pytest.hookimpl(optionalhook=True)  # a venv without pytest-xdist still runs the suite
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # -> scheduler | None
     """``--dist loadfile``, with the modules sharing a package-scoped service in one unit."""
     if config.getvalue("dist") != "loadfile":
