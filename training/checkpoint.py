@@ -26,10 +26,8 @@ the URL the checkpoint has on rank 0), while load_latest works on every rank.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -41,22 +39,22 @@ from training.checkpoint_format import (
     MARKER,
     POINTERS,
     RESULT_FILE,
-    STEP_DIR,
+    check_manager_args,
     check_upload_name,
     json_bytes,
     load_verified,
     marker_bytes,
+    read_json,
     read_marker,
     snapshot_files,
     step_dir_name,
+    step_folders,
     verify,
     write_snapshot,
 )
 from training.upload_thread import UploadThread
 
 log = logging.getLogger("training.checkpoint")
-
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+=@-]{0,254}$")
 
 # Called in the upload thread after a checkpoint is committed / after one is deleted by
 # retention, e.g. to record it in the metadata store (pipeline.runs). A hook that raises is
@@ -87,18 +85,7 @@ class CheckpointManager:
         on_commit: CommitHook | None = None,
         on_delete: DeleteHook | None = None,
     ) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("file://", "s3://")):
-            shown = "<a URL with credentials>" if "@" in str(base_url) else repr(base_url)
-            raise ValueError(f"checkpoint base_url must start with file:// or s3://, got {shown}")
-        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-            raise ValueError(
-                f"run_id {run_id!r} is not valid: use 1-255 letters, digits and ._:+=@- "
-                "(it becomes one path component of the checkpoint URL)"
-            )
-        if not isinstance(keep_last, int) or keep_last < 1:
-            raise ValueError(f"keep_last must be an integer >= 1, got {keep_last!r}")
-        if not isinstance(rank, int) or rank < 0:
-            raise ValueError(f"rank must be an integer >= 0, got {rank!r}")
+        check_manager_args(base_url, run_id, keep_last, rank)
         self.base_url = base_url.rstrip("/")
         self.run_id = run_id
         self.run_url = join(self.base_url, run_id)
@@ -287,16 +274,7 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------------------ load
     def _step_dirs(self) -> dict[int, set[str]]:
-        """step → names of the objects in its folder (only step-<N> folders)."""
-        prefix = self.run_url + "/"
-        out: dict[int, set[str]] = {}
-        for url in self.store.list(self.run_url):
-            rel = url[len(prefix) :] if url.startswith(prefix) else ""
-            head, _, rest = rel.partition("/")
-            m = STEP_DIR.match(head)
-            if m and rest:
-                out.setdefault(int(m.group(1)), set()).add(rest)
-        return out
+        return step_folders(self.store, self.run_url)
 
     def committed_steps(self) -> list[int]:
         """Steps whose folder has a commit marker, newest first (not verified)."""
@@ -357,18 +335,9 @@ class CheckpointManager:
         return reason
 
     # ----------------------------------------------------------------- pointers, extras
-    def _read_json(self, url: str) -> dict | None:
-        try:
-            return json.loads(self.store.read_bytes(url))
-        except FileNotFoundError:
-            return None
-        except ValueError:
-            log.warning("%s is not valid JSON; ignoring it", url)
-            return None
-
     def latest_pointer(self) -> dict | None:
         """The ``latest`` pointer ({"step", "url"}), or None. load_latest does not trust it alone."""
-        return self._read_json(join(self.run_url, "latest"))
+        return read_json(self.store, join(self.run_url, "latest"))
 
     def best_pointer(self) -> dict | None:
         """The ``best`` pointer ({"step", "url", "metric"}), verified like a resume: its
@@ -376,7 +345,7 @@ class CheckpointManager:
         best valid committed checkpoint (by its marker's metric), or removed when there is none
         (rank 0 only; other ranks just get the fallback)."""
         url = join(self.run_url, "best")
-        pointer = self._read_json(url)
+        pointer = read_json(self.store, url)
         if pointer is None:
             return None
         reason = self._pointer_problem(pointer)
@@ -440,4 +409,4 @@ class CheckpointManager:
         return url
 
     def read_result(self) -> dict | None:
-        return self._read_json(join(self.run_url, RESULT_FILE))
+        return read_json(self.store, join(self.run_url, RESULT_FILE))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -32,17 +33,61 @@ import torch
 
 from pipeline.storage import ObjectStore, join
 
+# The manager's logger: its warnings about a checkpoint read the same wherever they come from.
+log = logging.getLogger("training.checkpoint")
+
 MARKER = "COMMIT.json"
 STATE_FILE = "state.pt"
 MARKER_FORMAT = 1
 POINTERS = ("latest", "best")
 RESULT_FILE = "result.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+=@-]{0,254}$")
 _HASH_CHUNK = 1 << 20
 
 
 def step_dir_name(step: int) -> str:
     return f"step-{step}"
+
+
+def check_manager_args(base_url: Any, run_id: Any, keep_last: Any, rank: Any) -> None:
+    """ValueError naming the argument when a run's checkpoint location cannot be laid out."""
+    if not isinstance(base_url, str) or not base_url.startswith(("file://", "s3://")):
+        shown = "<a URL with credentials>" if "@" in str(base_url) else repr(base_url)
+        raise ValueError(f"checkpoint base_url must start with file:// or s3://, got {shown}")
+    if not isinstance(run_id, str) or not RUN_ID.match(run_id):
+        raise ValueError(
+            f"run_id {run_id!r} is not valid: use 1-255 letters, digits and ._:+=@- "
+            "(it becomes one path component of the checkpoint URL)"
+        )
+    if not isinstance(keep_last, int) or keep_last < 1:
+        raise ValueError(f"keep_last must be an integer >= 1, got {keep_last!r}")
+    if not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an integer >= 0, got {rank!r}")
+
+
+def step_folders(store: ObjectStore, run_url: str) -> dict[int, set[str]]:
+    """step → names of the objects in its folder (only step-<N> folders) under ``run_url``."""
+    prefix = run_url + "/"
+    out: dict[int, set[str]] = {}
+    for url in store.list(run_url):
+        rel = url[len(prefix) :] if url.startswith(prefix) else ""
+        head, _, rest = rel.partition("/")
+        m = STEP_DIR.match(head)
+        if m and rest:
+            out.setdefault(int(m.group(1)), set()).add(rest)
+    return out
+
+
+def read_json(store: ObjectStore, url: str) -> dict | None:
+    """A pointer or result file: None when missing, or (with a WARNING) when not JSON."""
+    try:
+        return json.loads(store.read_bytes(url))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        log.warning("%s is not valid JSON; ignoring it", url)
+        return None
 
 
 def json_bytes(obj: dict) -> bytes:
