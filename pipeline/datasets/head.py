@@ -36,7 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from pipeline.datasets import manifest as mf
-from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.crash_points import pause_hook
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import (
     HEAD_PUBLISHED,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
-from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.crash_points import pause_hook
 from pipeline.datasets.segments import INFO_NAME
 from pipeline.storage.s3 import S3_CONCURRENCY, S3Store
 from pipeline.storage.urls import join

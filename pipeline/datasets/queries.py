@@ -84,17 +84,6 @@ def list_versions(
         ]
 
 
-def count_versions(dataset: str | None = None, *, store: MetadataStore | None = None) -> int:
-    store = store or open_store()
-    query = (
-        select(func.count()).select_from(DatasetVersion).where(DatasetVersion.status.in_(LISTED))
-    )
-    if dataset is not None:
-        query = query.where(DatasetVersion.dataset == dataset)
-    with store.session() as session:
-        return int(session.scalar(query) or 0)
-
-
 def list_datasets(*, store: MetadataStore | None = None) -> list[dict[str, Any]]:
     """Each dataset with its number of versions and its latest version (its head)."""
     store = store or open_store()

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.datasets.crash_points import pause_hook
 from pipeline.datasets.errors import BuildError
-from pipeline.datasets.hooks import pause_hook
 from pipeline.storage.durable import fsync_dir, write_synced
 
 SEGMENT_FORMAT_VERSION = 1

@@ -7,7 +7,7 @@ start-up would cost more than it saves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -120,27 +120,3 @@ class HashPool:
 
 def _hash_batch(items: list[tuple[str, str]]) -> list[HashResult]:
     return [_hash_one(item) for item in items]
-
-
-def hash_files(
-    items: Sequence[tuple[str, str]],
-    *,
-    workers: int,
-    on_progress: Callable[[int], None] | None = None,
-) -> list[HashResult]:
-    """Hash (relpath, abspath) pairs; per-file errors are returned, never raised."""
-    if workers <= 1 or len(items) < POOL_THRESHOLD:
-        results = []
-        for item in items:
-            results.append(_hash_one(item))
-            if on_progress:
-                on_progress(1)
-        return results
-    chunksize = max(1, min(256, len(items) // (workers * 8)))
-    results = []
-    with _fork_pool(workers) as pool:
-        for result in pool.map(_hash_one, items, chunksize=chunksize):
-            results.append(result)
-            if on_progress:
-                on_progress(1)
-    return results

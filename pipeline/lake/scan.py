@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from pipeline.gcpause import gc_paused
+from pipeline.cyclic_gc import gc_paused
 from pipeline.lake.ledger_db import (
     STATUS_INVALID,
     STATUS_OK,

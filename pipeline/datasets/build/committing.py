@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
+from pipeline.cyclic_gc import gc_paused
 from pipeline.datasets import dataroot, head, publish, pull
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.assemble import (
@@ -36,7 +37,7 @@ from pipeline.datasets.build.writer import (
     _publish,
     invalid_bytes,
 )
-from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.crash_points import pause_hook
 from pipeline.datasets.leases import (
     check_counted_on,
     released_after,
@@ -50,7 +51,6 @@ from pipeline.datasets.segments import (
     read_info,
     segments_guard,
 )
-from pipeline.gcpause import gc_paused
 from pipeline.metadata.datasets import (
     VERSION_COMMITTED,
     DatasetLock,
@@ -62,6 +62,7 @@ from pipeline.metadata.datasets import (
 from pipeline.metadata.driver import driver_executemany
 from pipeline.metadata.locks import ensure_lock_row, take_lock_row
 from pipeline.metadata.store import MetadataStore, open_store
+from pipeline.storage.urls import is_s3, join
 
 _INSERT_BATCH = 5000
 # The manifest format commits write. Tests set it to 1 to write today's self-contained folders
@@ -77,7 +78,7 @@ def commit(
     *,
     store: MetadataStore | None = None,
     data_root: Path | None = None,
-    lake: Path | None = None,
+    lake: Path | str | None = None,
 ) -> Version | None:
     """Publish the version of the dataset's current contents and make it the head, or move
     the head back to an older version with the same contents (``head_move`` says which), or
@@ -89,7 +90,9 @@ def commit(
     settings = _settings()
     # An s3:// DATA_ROOT: build in its local work root, publish to S3 (dataroot.py).
     data_root, remote = dataroot.resolve(data_root)
-    lake = Path(lake or settings.lake_dir)
+    # A folder or an s3:// prefix (kept a string: a Path would collapse s3:// into s3:/).
+    lake = lake or settings.lake_dir
+    lake = lake if is_s3(lake) else Path(lake)
     store = store or open_store()
     recipe = _recipe(dataset)
     rh = recipe.recipe_hash
@@ -119,7 +122,7 @@ def commit(
     if remote is not None:
         pull.for_commit(store, data_root, remote, dataset, rh)
     pause_hook("before_commit")
-    sidecar = load_sidecar(lake / dataset, recipe)
+    sidecar = load_sidecar(join(lake, dataset) if is_s3(lake) else lake / dataset, recipe)
     ensure_lock_row(store, DatasetLock, dataset)
     # synced_after is entered before the session so it runs after the session has committed:
     # the HEAD file mirrors the store's head, never runs ahead of it (pipeline/datasets/head.py).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from pipeline.cyclic_gc import gc_paused
 from pipeline.datasets.build.values import (
     Shard,
     ShardFile,
@@ -20,7 +21,6 @@ from pipeline.datasets.segments import (
     segments_guard,
 )
 from pipeline.datasets.shards import decoded_bytes, pack
-from pipeline.gcpause import gc_paused
 from pipeline.metadata.driver import driver_rows
 from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK
 from pipeline.metadata.store import MetadataStore, open_store

@@ -20,8 +20,8 @@ from pipeline.datasets.build.values import (
     _recipe,
     _settings,
 )
+from pipeline.datasets.crash_points import pause_hook
 from pipeline.datasets.errors import BuildError
-from pipeline.datasets.hooks import pause_hook
 from pipeline.datasets.leases import (
     take_lease,
 )

@@ -17,7 +17,7 @@ from pipeline.datasets.build.values import (
     _Sample,
 )
 from pipeline.datasets.chunks import META_SUFFIX, LeafRef, Tree, chunk_relpath, write_tree
-from pipeline.datasets.hooks import pause_hook
+from pipeline.datasets.crash_points import pause_hook
 from pipeline.storage.durable import fsync_dir
 
 # What json.dumps does to one string (ensure_ascii), without its per-call checks: this runs
