@@ -1,271 +1,91 @@
-"""The ``laketrain`` command line. Each area registers its own commands; this module only
-wires them together and turns known errors into a clean message and exit code.
+"""The ``laketrain`` entry point (``python -m pipeline.cli``, the ``laketrain`` script).
 
-Start-up is part of every command's cost (`laketrain scan` of an unchanged lake is mostly
-start-up): nothing heavy is imported here at module level. rich is loaded when something is
-printed (pipeline/console.py, shared with every area's commands), SQLAlchemy, Alembic and
-each command's own modules inside the command.
+`laketrain scan` of an unchanged lake is mostly start-up, and typer with click was ~80 ms of
+it, so :func:`main` runs ``laketrain scan [DATASET] [--json] [--wait/--no-wait]`` itself
+(pipeline/scan_command.py) and hands every other command line -- ``--help``, an unknown
+option, any other command -- to the typer app in pipeline/cli_app.py, which has the same
+``scan`` command for help and for in-process callers. ``from pipeline.cli import app`` still
+works: the names of pipeline/cli_app.py are read through from here on first use.
 """
 
 from __future__ import annotations
 
-import contextlib
-import shlex
-from typing import Annotated, Any
-
-import click
-import typer
-from typer.core import TyperGroup
-
-from pipeline.console import err, fail, out, print_json
-from pipeline.console import table as make_table
-from pipeline.settings import SettingsError, get_settings
+import sys
+from typing import Any
 
 
-class _LaketrainGroup(TyperGroup):
-    """The top-level command group: a store outage under ANY command becomes one line on
-    stderr and exit 1, instead of a page of traceback."""
-
-    def make_context(self, info_name: str | None, args: list[str], parent=None, **extra: Any):
-        argv = list(args)  # before click consumes them: the command line to retry
-        ctx = super().make_context(info_name, args, parent=parent, **extra)
-        ctx.meta["laketrain.argv"] = argv
-        return ctx
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except Exception as exc:
-            message = store_error_message(exc, ctx.meta.get("laketrain.argv") or [])
-            if message is None:
-                raise
-            fail(message, code=1)
-
-
-def store_error_message(exc: BaseException, argv: list[str]) -> str | None:
-    """One line for a metadata-store failure (password masked), or None for other errors."""
-    from sqlalchemy.exc import DBAPIError
-
-    from pipeline.metadata.fastpath import StoreVersionError
-    from pipeline.metadata.store import StoreBusyError, StoreUnavailable
-    from pipeline.redact import redact_text, redact_url
-
-    retry = f"retry `{shlex.join(['laketrain', *argv])}`"
-    if isinstance(exc, StoreVersionError):
-        return str(exc)
-    if isinstance(exc, StoreUnavailable):
-        return f"{exc}. Nothing was half-published; {retry} once the store is reachable."
-    if isinstance(exc, StoreBusyError):
-        return f"{exc}; {retry} when the other writer has finished."
-    if isinstance(exc, DBAPIError):
-        lines = str(exc.orig).strip().splitlines() or [type(exc.orig).__name__]
-        return (
-            f"metadata store {redact_url(get_settings().database_url)} failed: "
-            f"{redact_text(lines[0])}; the transaction was rolled back; {retry}."
-        )
-    return None
-
-
-_APP_OPTIONS: dict[str, Any] = {
-    "name": "laketrain",
-    "help": "Versioned datasets from a data lake, and training on them.",
-    "no_args_is_help": True,
-    "cls": _LaketrainGroup,
-}
-if "pretty_exit_codes" in typer.Typer.__init__.__code__.co_varnames:
-    _APP_OPTIONS["pretty_exit_codes"] = False
-app = typer.Typer(**_APP_OPTIONS)
-db_app = typer.Typer(help="The metadata store.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
-
-
-@db_app.command("upgrade")
-def db_upgrade(revision: str = "head") -> None:
-    """Apply the metadata-store migrations."""
-    from pipeline.metadata.store import current_revision, make_engine, upgrade
-
-    url = get_settings().database_url
-    engine = make_engine(url)
-    upgrade(engine, revision)
-    out().print(f"metadata store at revision [bold]{current_revision(engine)}[/]")
-
-
-@db_app.command("current")
-def db_current() -> None:
-    """Print the metadata store's migration revision."""
-    from pipeline.metadata.store import current_revision, make_engine
-
-    out().print(current_revision(make_engine(get_settings().database_url)) or "(empty)")
-
-
-@app.command("sample-lake")
-def sample_lake(
-    force: Annotated[
-        bool, typer.Option(help="Write the samples even if the lake has files.")
-    ] = False,
-) -> None:
-    """Create the sample lake (digits PNGs, sample photos) when the lake is empty."""
-    from pipeline.lake.sample_lake import create_sample_lake
-
-    lake = get_settings().lake_dir
-    try:
-        written = create_sample_lake(lake, force=force)
-    except ValueError as exc:  # an s3:// lake: laketrain does not write to it
-        fail(str(exc))
-    if written:
-        out().print(
-            f"sample lake written to {lake}: "
-            + ", ".join(f"{k} {v} files" for k, v in written.items())
-        )
-    else:
-        out().print(f"lake {lake} already has data; nothing written")
-
-
-SCAN_COUNTS = (
-    "new",
-    "changed",
-    "renamed",
-    "deleted",
-    "touched",
-    "unchanged",
-    "refused",
-    "unreadable",
-    "settling",
-)
-
-
-@app.command("scan")
-def scan_cmd(
-    dataset: Annotated[str | None, typer.Argument(help="Scan one dataset folder only.")] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the full change set as JSON.")
-    ] = False,
-    wait: Annotated[
-        bool, typer.Option(help="Wait for a running scan of the lake to finish.")
-    ] = True,
-) -> None:
-    """Walk the lake, hash new or changed files, and record them in the ledger."""
-    from pipeline.lake.scan import ScanBusyError, scan
-
-    settings = get_settings()
-    progress, on_total, on_progress = _hash_progress(show=not as_json)
-    try:
-        with progress:
-            result = scan(
-                settings.lake_dir,
-                dataset=dataset,
-                wait=wait,
-                on_total=on_total,
-                on_progress=on_progress,
-            )
-    except ScanBusyError as exc:
-        fail(str(exc), code=3)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
-    except RuntimeError as exc:
-        # An S3 lake that stayed unreachable through the retries: one line naming the URL
-        # (imported here: a scan of a folder must not load the storage layer).
-        from pipeline.storage.errors import StorageError
-
-        if not isinstance(exc, StorageError):
-            raise
-        fail(str(exc))
-    if as_json:
-        print_json(result.to_json())
-        return
-    from rich.table import Table
-
-    console = out()
-    summary = result.summary()
-    title = f"scan {result.scan_id} of {settings.lake_dir}" + (f" / {dataset}" if dataset else "")
-    table = Table(title=title, show_header=False)
-    table.add_column("what")
-    table.add_column("files", justify="right")
-    for key in SCAN_COUNTS:
-        table.add_row(key, str(summary[key]))
-    console.print(table)
-    console.print(
-        f"{result.bytes_hashed / 1e6:.1f} MB hashed in {result.seconds:.2f} s "
-        f"({result.files_per_second:,.0f} files/s)"
-    )
-    for path, reason in result.refused + result.unreadable:
-        console.print(f"  [yellow]skipped[/] {path}: {reason}", markup=True, highlight=False)
-
-
-def _hash_progress(*, show: bool):  # -> (context manager, on_total, on_progress)
-    """A hashing progress bar on a terminal; off one (a pipe, --json) no bar and no rich."""
-    if not (show and out().is_terminal):
-        return contextlib.nullcontext(), None, None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    progress = Progress("hashing", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    task = progress.add_task("hash", total=None)
-    return (
-        progress,
-        lambda n: progress.update(task, total=n),
-        lambda n: progress.advance(task, n),
-    )
-
-
-@app.command("files")
-def files_cmd(
-    path: Annotated[
-        str | None,
-        typer.Option("--path", help="Glob on the lake-relative path, e.g. 'digits/3/*'."),
-    ] = None,
-    md5: Annotated[str | None, typer.Option("--md5", help="MD5 prefix.")] = None,
-    status: Annotated[
-        str | None, typer.Option("--status", help="ok, unreadable, invalid, refused or deleted.")
-    ] = None,
-    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 1000,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """List ledger rows."""
-    from pipeline.lake.ledger_query import list_files
-
-    try:
-        rows = list_files(path_glob=path, md5_prefix=md5, status=status, limit=limit)
-    except ValueError as exc:
-        fail(str(exc))
-    if as_json:
-        print_json(rows)
-        return
-    table = make_table(
-        f"{len(rows)} ledger rows", "path", "size", "md5", "status", "last_seen", "error"
-    )
-    for row in rows:
-        table.add_row(
-            row["path"],
-            str(row["size"] if row["size"] is not None else ""),
-            row["md5"] or "",
-            row["status"],
-            str(row["last_seen"])[:19],
-            row["error"] or "",
-        )
-    out().print(table)
-
-
-def _register_areas() -> None:
-    # Each area owns its commands module; importing one never pulls torch or Airflow.
-    from pipeline import runs_commands
-    from pipeline import train_commands as training_commands
-    from pipeline.datasets import commands as dataset_commands
-
-    dataset_commands.register(app)
-    training_commands.register(app)
-    runs_commands.register(app)
+def lean_scan_args(argv: list[str]) -> tuple[str | None, bool, bool] | None:
+    """(dataset, as_json, wait) when ``argv`` is a plain `scan` command line, else None (typer
+    parses it: help, an unknown option, ``--``, two datasets)."""
+    if not argv or argv[0] != "scan":
+        return None
+    dataset, as_json, wait = None, False, True
+    for arg in argv[1:]:
+        if arg == "--json":
+            as_json = True
+        elif arg in ("--wait", "--no-wait"):
+            wait = arg == "--wait"
+        elif arg.startswith("-") or dataset is not None:
+            return None
+        else:
+            dataset = arg
+    return dataset, as_json, wait
 
 
 def main() -> None:
+    from pipeline.scan_command import fail
+    from pipeline.settings import SettingsError, get_settings
+
+    argv = sys.argv[1:]
     try:
         get_settings()
     except SettingsError as exc:
-        err().print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise SystemExit(2) from None
-    app()
+        raise SystemExit(fail(str(exc), 2)) from None
+    scan_args = lean_scan_args(argv)
+    if scan_args is None:
+        from pipeline.cli_app import app
+
+        app()
+        return
+    raise SystemExit(_scan(argv, *scan_args))
 
 
-_register_areas()
+def _scan(argv: list[str], dataset: str | None, as_json: bool, wait: bool) -> int:
+    """`laketrain scan`, with the exits the typer app gives: a store failure is one line and
+    exit 1, Ctrl-C is "Aborted." and exit 1, a closed pipe exit 1 without a traceback."""
+    from pipeline.scan_command import fail, run_scan
+
+    try:
+        return run_scan(dataset, as_json=as_json, wait=wait)
+    except KeyboardInterrupt:
+        sys.stderr.write("\nAborted.\n")
+        return 1
+    except BrokenPipeError:
+        # What is left unflushed goes nowhere, not into a second error at exit (Python's advice).
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:
+        from pipeline.cli_errors import store_error_message
+
+        message = store_error_message(exc, argv)
+        if message is None:
+            raise
+        return fail(message, 1)
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: ``from pipeline.cli import app`` (tests, docs) loads the typer app on demand.
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from pipeline import cli_app
+
+    try:
+        return getattr(cli_app, name)
+    except AttributeError:
+        raise AttributeError(f"module 'pipeline.cli' has no attribute {name!r}") from None
+
 
 if __name__ == "__main__":
     main()

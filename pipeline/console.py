@@ -12,8 +12,6 @@ import json
 import sys
 from typing import Any, NoReturn
 
-import typer
-
 _consoles: dict[str, Any] = {}
 
 
@@ -49,6 +47,8 @@ def err():  # -> the stderr rich Console
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """``error: <message>`` on stderr, then exit ``code`` (2: bad input, by convention)."""
+    import typer  # here, not at the top: the lean `laketrain scan` entry never loads typer
+
     err().print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
     raise typer.Exit(code)
 
