@@ -1,7 +1,9 @@
 """Ledger scan benchmark: cold scan, no-change rescan and +200-file rescan of 20,000 ~30 KB
 files, each beside a baseline measured in the same run (MEASURED.md explains the baselines);
 then `laketrain scan` of the unchanged files as a whole process, beside `dvc status` on a copy
-of the same files when dvc is installed (``--dvc PATH``, or `dvc` on PATH).
+of the same files when dvc is installed (``--dvc PATH``, or `dvc` on PATH), and beside the same
+command run from an older checkout when one is given (``--against DIR``, e.g. the tree of
+``git archive <commit> | tar -x -C DIR``), pair by pair, so a start-up change has a ratio.
 
 Targets: cold scan >= 0.65x a 2-process hashlib pool; no-change rescan <= 0.15 s;
 rescan after +200 files <= 0.25 s; the whole `laketrain scan` process <= 0.3 s.
@@ -86,6 +88,9 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     ap.add_argument("--cli-runs", type=int, default=9, help="whole-process runs per command")
     ap.add_argument("--dvc", default=shutil.which("dvc"), help="a dvc executable to compare")
+    ap.add_argument(
+        "--against", help="an older checkout: its `laketrain scan` interleaved with this one's"
+    )
     ap.add_argument("--million", action="store_true", help="the 1,000,000-file lake instead")
     ap.add_argument("--million-files", type=int, default=1_000_000)
     ap.add_argument("--keep", action="store_true", help="keep the million-file lake")
@@ -148,11 +153,13 @@ def main() -> None:
     body += figures_table(rows)
     body += (
         "\n\nWhole process: `python -m pipeline.cli scan` from exec to exit (imports, settings, "
-        "the migration check, the scan, the table), median of the runs; `dvc status` runs "
-        "between them on a copy of the same files. A SQLite store at head is scanned without "
-        "SQLAlchemy or Alembic (docs/scan.md). The in-process rescans above go through a "
-        "MetadataStore handle (SQLAlchemy session). The machine is shared: compare ratios "
-        "measured in the same run."
+        "the migration check, the scan, the table), median of the runs; `dvc status` (and, "
+        "with --against, the older checkout's scan) runs between them on the same files. The "
+        "entry runs a plain `scan` line without typer, click or pydantic, and off a terminal "
+        "writes the table without rich; a SQLite store at head is scanned without SQLAlchemy "
+        "or Alembic (docs/scan.md). The in-process rescans above go through a MetadataStore "
+        "handle (SQLAlchemy session). The machine is shared with other work: absolute times "
+        "drift between runs; compare ratios measured in the same run."
     )
     report("bench/scan.py", body, write=not args.no_write)
 
@@ -175,15 +182,23 @@ def run_once(cmd: list[str], *, cwd: Path | None = None, env=None) -> float:
 
 def whole_process(lake: Path, args: argparse.Namespace) -> list[tuple[str, str]]:
     """`laketrain scan` of the unchanged lake from process start to exit (median of
-    ``--cli-runs``), interleaved with `dvc status` on a copy of the same files."""
+    ``--cli-runs``), interleaved with `dvc status` on a copy of the same files and with the
+    older checkout's `laketrain scan` (``--against``)."""
     scan_cmd = [sys.executable, "-m", "pipeline.cli", "scan"]
+    here = Path(__file__).resolve().parents[1]
     env = cli_env(lake)
     floor = statistics.median(run_once([sys.executable, "-c", "pass"]) for _ in range(5))
     repo, dvc_cold = prepare_dvc(lake, args.dvc) if args.dvc else (None, 0.0)
-    ours, theirs = [], []
-    run_once(scan_cmd, env=env)  # warm-up
+    older = Path(args.against).resolve() if args.against else None
+    ours, theirs, before = [], [], []
+    for tree in (here, older) if older is not None else (here,):  # warm-up, and a check
+        done = subprocess.run(scan_cmd, cwd=tree, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"`laketrain scan` in {tree} failed: {done.stderr.strip()}")
     for _ in range(args.cli_runs):
-        ours.append(run_once(scan_cmd, env=env))
+        ours.append(run_once(scan_cmd, cwd=here, env=env))
+        if older is not None:
+            before.append(run_once(scan_cmd, cwd=older, env=env))
         if repo is not None:
             theirs.append(run_once([args.dvc, "status", "-q"], cwd=repo))
     ours_s = statistics.median(ours)
@@ -194,6 +209,18 @@ def whole_process(lake: Path, args: argparse.Namespace) -> list[tuple[str, str]]
         ),
         ("baseline: `python -c pass` (interpreter start-up)", f"{floor:.3f} s"),
     ]
+    if older is not None:
+        pairs = statistics.median(a / b for a, b in zip(ours, before, strict=True))
+        rows += [
+            (
+                "baseline: the older checkout's `laketrain scan`",
+                f"{statistics.median(before):.3f} s",
+            ),
+            (
+                "`laketrain scan` / the older checkout's",
+                f"{pairs:.2f}x (pairwise median, interleaved)",
+            ),
+        ]
     if repo is None:
         rows.append(("`dvc status`, same files", "not measured: dvc is not installed (--dvc PATH)"))
         return rows
