@@ -122,7 +122,7 @@ def cli_tree() -> dict[str, set[str]]:
     """{command: its subcommands (empty for a plain command)} of the `laketrain` typer app."""
     import typer
 
-    from pipeline.cli import app
+    from pipeline.cli_app import app
 
     # Duck-typed: typer may bring a click of its own, so isinstance(click.Group) can fail.
     group = typer.main.get_command(app)
