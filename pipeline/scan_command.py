@@ -10,7 +10,6 @@ rich is not imported either; on a terminal rich draws the table and the hashing 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from typing import Any, TextIO
@@ -110,6 +109,8 @@ def run_scan(dataset: str | None, *, as_json: bool, wait: bool) -> int:
             raise
         return fail(str(exc), 2)
     if as_json:
+        import json
+
         sys.stdout.write(json.dumps(result.to_json(), indent=2, default=str) + "\n")
         return 0
     summary = result.summary()
