@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.s3_read import Counter, _moto  # noqa: E402
+from bench.s3_read import Counter, _moto, s3_bench_env  # noqa: E402
 
 THREADS = 16
 
@@ -41,17 +41,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="lt-bench-s3lake-"))
     proc, endpoint = _moto()
     try:
-        os.environ.update(
-            {
-                "AWS_ENDPOINT_URL": endpoint,
-                "AWS_ACCESS_KEY_ID": "bench",
-                "AWS_SECRET_ACCESS_KEY": "bench",
-                "AWS_DEFAULT_REGION": "us-east-1",
-                "LAKETRAIN_HOME": str(work),
-                "LAKE_DIR": "s3://bench/lake",
-                "DATA_ROOT": str(work / "data"),
-                "METADATA_DB_URL": f"sqlite:///{work / 'meta.db'}",
-            }
+        s3_bench_env(
+            endpoint,
+            work,
+            LAKE_DIR="s3://bench/lake",
+            DATA_ROOT=str(work / "data"),
+            METADATA_DB_URL=f"sqlite:///{work / 'meta.db'}",
         )
         import boto3
         from botocore.config import Config

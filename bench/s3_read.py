@@ -55,6 +55,21 @@ def _moto() -> tuple[subprocess.Popen, str]:
     raise SystemExit("moto_server did not start")
 
 
+def s3_bench_env(endpoint: str, work: Path, **settings: str) -> None:
+    """Point boto3 (its own AWS_* variables, dummy keys moto accepts) and laketrain at a bench
+    folder; ``settings`` are the laketrain variables of this bench (LAKE_DIR, DATA_ROOT, ...)."""
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "LAKETRAIN_HOME": str(work),
+            **settings,
+        }
+    )
+
+
 def _lake(root: Path, n: int) -> None:
     from PIL import Image
 
@@ -90,20 +105,15 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="lt-bench-s3read-"))
     proc, endpoint = _moto()
     try:
-        os.environ.update(
-            {
-                "AWS_ENDPOINT_URL": endpoint,
-                "AWS_ACCESS_KEY_ID": "bench",
-                "AWS_SECRET_ACCESS_KEY": "bench",
-                "AWS_DEFAULT_REGION": "us-east-1",
-                "LAKETRAIN_HOME": str(work),
-                "LAKE_DIR": str(work / "lake"),
-                "RECIPES_DIR": str(work / "recipes"),
-                "DATA_ROOT": "s3://bench/data",
-                "LAKETRAIN_CACHE_DIR": str(work / "cache-build"),
-                "METADATA_DB_URL": f"sqlite:///{work / 'metadata.db'}",
-                "SETTLE_SECONDS": "0",
-            }
+        s3_bench_env(
+            endpoint,
+            work,
+            LAKE_DIR=str(work / "lake"),
+            RECIPES_DIR=str(work / "recipes"),
+            DATA_ROOT="s3://bench/data",
+            LAKETRAIN_CACHE_DIR=str(work / "cache-build"),
+            METADATA_DB_URL=f"sqlite:///{work / 'metadata.db'}",
+            SETTLE_SECONDS="0",
         )
         import boto3
 

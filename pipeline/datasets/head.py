@@ -146,18 +146,9 @@ def sync_head_file(store: MetadataStore, data_root: Path, dataset: str) -> bool:
         return False  # nothing published under this DATA_ROOT
     with _file_lock(folder / ".head.lock"):
         with store.session() as session:
-            head = session.get(DatasetHead, dataset)
-            if head is None:
+            want = head_record(session, dataset)
+            if want is None:
                 return False
-            tag = session.scalar(
-                select(DatasetVersion.tag).where(DatasetVersion.version_id == head.version_id)
-            )
-            want = {
-                "dataset": dataset,
-                "version_id": head.version_id,
-                "tag": tag,
-                "moved_at": head.moved_at.isoformat(),
-            }
             seen = [e.get("id") for e in mf.read_head_history(data_root, dataset)]
             last = max((i for i in seen if isinstance(i, int)), default=0)
             moves = _moves(session, dataset, after_id=last)
@@ -170,6 +161,22 @@ def sync_head_file(store: MetadataStore, data_root: Path, dataset: str) -> bool:
             return False
         mf.write_head(data_root, dataset, want)
         return True
+
+
+def head_record(session: Session, dataset: str) -> dict | None:
+    """The dataset's head as the HEAD file (or object) states it; None when it has none."""
+    head = session.get(DatasetHead, dataset)
+    if head is None:
+        return None
+    tag = session.scalar(
+        select(DatasetVersion.tag).where(DatasetVersion.version_id == head.version_id)
+    )
+    return {
+        "dataset": dataset,
+        "version_id": head.version_id,
+        "tag": tag,
+        "moved_at": head.moved_at.isoformat(),
+    }
 
 
 def _moves(session: Session, dataset: str, *, after_id: int) -> list[dict]:

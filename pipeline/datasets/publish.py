@@ -177,26 +177,14 @@ def sync_head_remote(store, remote: str, dataset: str) -> bool:
     store's head (``pipeline.datasets.head.sync_head_file``, for S3): the history first (the
     moves it lacks, by move id), then HEAD when it names another version. True when HEAD was
     written. Called after the store has committed, as the local sync is."""
-    from sqlalchemy import select
-
-    from pipeline.datasets.head import _moves
-    from pipeline.metadata.datasets import DatasetHead, DatasetVersion
+    from pipeline.datasets.head import _moves, head_record
 
     s3 = s3_store()
     base = join(remote, "datasets", dataset)
     with store.session() as session:
-        head = session.get(DatasetHead, dataset)
-        if head is None:
+        want = head_record(session, dataset)
+        if want is None:
             return False
-        tag = session.scalar(
-            select(DatasetVersion.tag).where(DatasetVersion.version_id == head.version_id)
-        )
-        want = {
-            "dataset": dataset,
-            "version_id": head.version_id,
-            "tag": tag,
-            "moved_at": head.moved_at.isoformat(),
-        }
         try:
             history = s3.read_bytes(join(base, mf.HEAD_HISTORY)).decode("utf-8", "replace")
         except FileNotFoundError:
