@@ -31,6 +31,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._results import figures_table, write_section  # noqa: E402
+
 RECIPE = 'modality = "image"\n[image]\nsize = 64\nchannels = 3\n[split]\nval_fraction = 0.2\n'
 
 
@@ -179,14 +181,34 @@ def main() -> None:
             warm_s = min(warm_s, _read_all(warm_reader, seed))
             local_s = min(local_s, _read_all(local, seed))
         n = len(local)
-        print(f"version of {n} samples, {len(local.manifest['segments'])} segment(s)")
-        print(
+        cold_ratio, warm_ratio = bare_s / cold_s, local_s / warm_s
+        lines = [
+            f"version of {n} samples, {len(local.manifest['segments'])} segment(s)",
             f"cold open + read: {cold_s:.3f} s, bare download + read {bare_s:.3f} s: "
-            f"{bare_s / cold_s:.2f}x (target >= 0.8x); {cold_requests} S3 requests"
-        )
-        print(
+            f"{cold_ratio:.2f}x (target >= 0.8x); {cold_requests} S3 requests",
             f"warm read: {n / warm_s:,.0f} samples/s, local reader {n / local_s:,.0f}: "
-            f"{local_s / warm_s:.2f}x (target >= 0.95x); warm open {warm_requests} S3 request(s)"
+            f"{warm_ratio:.2f}x (target >= 0.95x); warm open {warm_requests} S3 request(s)",
+        ]
+        print("\n".join(lines))
+        write_section(
+            "bench/s3_read.py",
+            f"A {lines[0]} on an s3:// DATA_ROOT (moto_server on loopback: behaviour and ratios, "
+            "not S3's speed).\n\n"
+            + figures_table(
+                [
+                    ("S3 requests: cold open / warm open", f"{cold_requests} / {warm_requests}"),
+                    (
+                        "**cold open + read / bare parallel download + read**",
+                        f"**{cold_ratio:.2f}x** (target >= 0.8x) "
+                        + ("OK" if cold_ratio >= 0.8 else "MISSED"),
+                    ),
+                    (
+                        "**warm read / local reader**",
+                        f"**{warm_ratio:.2f}x** (target >= 0.95x) "
+                        + ("OK" if warm_ratio >= 0.95 else "MISSED"),
+                    ),
+                ]
+            ),
         )
     finally:
         proc.kill()
