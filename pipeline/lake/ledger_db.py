@@ -153,24 +153,19 @@ class LedgerTx:
         pass over the table: five small values per file instead of the whole row (a 1M-file
         ledger). A row the fast path must not trust (deleted, unreadable, refused, no full
         key) gets size -1, which no file has, so the walk hands it back to the scan."""
-        sql = (
-            f"SELECT path, CASE WHEN {_FAST} THEN size ELSE -1 END, mtime_ns, ctime_ns, inode, "
-            "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files WHERE 1 = 1"
-        )
-        cursor = self.conn.cursor()
-        try:
-            cursor.execute(*self._where_dataset(sql, dataset))
-            return {row[0]: row for row in cursor}
-        finally:
-            cursor.close()
+        return self._keys(_FAST, "ctime_ns, inode", dataset)
 
     def load_s3_keys(self, dataset: str | None) -> dict[str, tuple]:
         """``path -> (path, size, mtime_ns, etag, version_id, deleted)``: load_keys for an S3
         lake (pipeline.lake.s3walk). A row of a local file has no etag, so it gets size -1."""
+        return self._keys(_FAST_S3, "etag, version_id", dataset)
+
+    def _keys(self, trusted: str, key_columns: str, dataset: str | None) -> dict[str, tuple]:
+        # One query for both lake kinds: (path, size or -1 when untrusted, mtime_ns, the two
+        # key columns of this kind, deleted).
         sql = (
-            f"SELECT path, CASE WHEN {_FAST_S3} THEN size ELSE -1 END, mtime_ns, etag, "
-            "version_id, CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files "
-            "WHERE 1 = 1"
+            f"SELECT path, CASE WHEN {trusted} THEN size ELSE -1 END, mtime_ns, {key_columns}, "
+            "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files WHERE 1 = 1"
         )
         cursor = self.conn.cursor()
         try:
