@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,33 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
     heads = kept_heads(session, data_root)  # what latest names: kept whatever keep_last says
     plan, kept_segments = plan_versions(session, heads, keep_last)
     now = time.time()
-    known: set[str] = set()
     leased = leased_segments(data_root)  # what in-flight builds count on (leases.py)
+    known = plan_recorded_segments(
+        session,
+        plan,
+        kept_segments,
+        leased,
+        # young, or just reused by a build (process() touches what it reuses)
+        young=lambda seg: (
+            now - seg.created_at.timestamp() < min_age_s
+            or not _old(data_root / seg.path, now, min_age_s)
+        ),
+    )
+    return _plan_files(session, data_root, plan, known, leased, now, min_age_s)
+
+
+def plan_recorded_segments(
+    session: Session,
+    plan: GcPlan,
+    kept_segments: set[str],
+    leased: set[str],
+    *,
+    young: Callable[[Segment], bool],
+) -> set[str]:
+    """Add to ``plan`` the recorded segments no kept version references, none an in-flight
+    build leases, and none ``young``; the same rule for every kind of DATA_ROOT. Returns the
+    paths of every recorded segment (what is not among them is an unrecorded leftover)."""
+    known: set[str] = set()
     for seg in session.scalars(select(Segment)):
         known.add(seg.path)
         if seg.segment_id in kept_segments or seg.n_rows == 0:
@@ -108,10 +134,8 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
         if seg.segment_id in leased:
             plan.kept_for_builds.append(seg.segment_id)
             continue
-        if now - seg.created_at.timestamp() < min_age_s or not _old(
-            data_root / seg.path, now, min_age_s
-        ):
-            continue  # young, or just reused by a build (process() touches what it reuses)
+        if young(seg):
+            continue
         plan.segments.append(
             {
                 "segment_id": seg.segment_id,
@@ -121,7 +145,7 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
             }
         )
         plan.bytes += seg.size_bytes
-    return _plan_files(session, data_root, plan, known, leased, now, min_age_s)
+    return known
 
 
 def plan_versions(

@@ -28,13 +28,13 @@ from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
 from pipeline.datasets import remote_files
 from pipeline.datasets.dataroot import work_root_of
-from pipeline.datasets.gc import GcPlan, drop_rows, plan_versions
+from pipeline.datasets.gc import GcPlan, drop_rows, plan_recorded_segments, plan_versions
 from pipeline.datasets.gc_chunks import plan_chunks
 from pipeline.datasets.leases import leased_segments
 from pipeline.datasets.publish import s3_store
 from pipeline.datasets.segments import segments_guard
 from pipeline.metadata.base import utcnow
-from pipeline.metadata.datasets import DatasetHead, DatasetLock, DatasetVersion, Segment
+from pipeline.metadata.datasets import DatasetHead, DatasetLock, DatasetVersion
 from pipeline.metadata.store import MetadataStore
 from pipeline.storage.s3 import S3_CONCURRENCY
 from pipeline.storage.urls import join, split_s3_url
@@ -127,26 +127,16 @@ def plan(session, remote: str, keep_last: int | None, min_age_s: float) -> GcPla
     now = time.time()
     leased = leased_segments(work_root_of(remote))
     seg_folders = listing.folders("segments", depth=2)
-    known: set[str] = set()
-    for seg in session.scalars(select(Segment)):
-        known.add(seg.path)
-        if seg.segment_id in kept_segments or seg.n_rows == 0:
-            continue
-        if seg.segment_id in leased:
-            result.kept_for_builds.append(seg.segment_id)
-            continue
-        newest = seg_folders.get(seg.path, (0, 0.0))[1]
-        if now - seg.created_at.timestamp() < min_age_s or now - newest < min_age_s:
-            continue
-        result.segments.append(
-            {
-                "segment_id": seg.segment_id,
-                "path": seg.path,
-                "bytes": seg.size_bytes,
-                "recorded": True,
-            }
-        )
-        result.bytes += seg.size_bytes
+    known = plan_recorded_segments(
+        session,
+        result,
+        kept_segments,
+        leased,
+        young=lambda seg: (
+            now - seg.created_at.timestamp() < min_age_s
+            or now - seg_folders.get(seg.path, (0, 0.0))[1] < min_age_s
+        ),
+    )
     for rel, (size, newest) in sorted(seg_folders.items()):
         name = rel.rsplit("/", 1)[1]
         if rel in known or name.startswith(".") or now - newest < min_age_s:
