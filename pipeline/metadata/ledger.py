@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from pipeline.metadata.base import Base, UTCDateTime, utcnow
@@ -23,6 +23,8 @@ STATUS_REFUSED = "refused"
 
 class LedgerFile(Base):
     __tablename__ = "ledger_files"
+    # A build's change set: the rows a scan wrote since the head (migration 0010).
+    __table_args__ = (Index("ix_ledger_files_dataset_scan", "dataset", "last_scan_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     path: Mapped[str] = mapped_column(

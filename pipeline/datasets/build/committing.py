@@ -17,6 +17,7 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.assemble import (
     _assemble,
 )
+from pipeline.datasets.build.changes import LEDGER, Since, ledger_section, watermark
 from pipeline.datasets.build.chunkrows import known_leaves, leaf_keys, record_tree
 from pipeline.datasets.build.contents import _manifest
 from pipeline.datasets.build.parent import Parent
@@ -134,8 +135,22 @@ def commit(
         store.session() as session,
     ):
         take_lock_row(session, DatasetLock, dataset)
-        files, processed = _current_files(session, dataset, rh)
         latest = latest_committed(session, dataset)  # the head, not the newest created
+        # Read before the rows: a scan that lands in between is only read again (changes.py).
+        scan_mark = watermark(session, dataset)
+        since = Since.of(
+            latest, json.loads(latest.manifest) if latest and latest.manifest else None, rh
+        )
+        pending = since.unchanged(session, dataset, rh) if since is not None else None
+        if pending is not None:
+            # No ledger row written since the head was built, no pending content processed:
+            # the head is the lake's version, found without assembling a sample.
+            check_counted_on(
+                session, data_root, dataset, recipe, pending, {}, [r.segment_id for r in refs]
+            )
+            at_commit.review.mark_superseded(session, dataset, latest.tag)
+            return None
+        files, processed = _current_files(session, dataset, rh)
         # The parent is read through its chunks: what changed, not a row per sample (parent.py).
         prior = Parent.of(session, latest)
         same_recipe = latest is not None and latest.recipe_hash == rh
@@ -198,6 +213,7 @@ def commit(
                 session,
                 format_version=WRITE_FORMAT,
             )
+            manifest[LEDGER] = ledger_section(scan_mark, files, processed, recipe)
             manifest["quality"] = compute_report(
                 near, recipe, samples, invalid, parent, session, data_root, processed
             ).to_dict()

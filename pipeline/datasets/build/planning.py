@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy.orm import Session
 
 from pipeline.cyclic_gc import gc_paused
+from pipeline.datasets.build.changes import Since
 from pipeline.datasets.build.values import (
     Shard,
     ShardFile,
@@ -13,6 +16,7 @@ from pipeline.datasets.build.values import (
     _settings,
 )
 from pipeline.datasets.dataroot import work_root
+from pipeline.datasets.head import head_version
 from pipeline.datasets.leases import (
     relied_on_segments,
     take_lease,
@@ -53,8 +57,8 @@ def plan(
     # segments holding it: no gc can drop them between this plan and its commit (leases.py).
     root = work_root()  # DATA_ROOT, or the local work root of an s3:// one (dataroot.py)
     with segments_guard(root), store.session() as session:
-        files = _files_to_process(session, dataset, rh)
-        take_lease(root, dataset, rh, relied_on_segments(session, dataset, rh), kind="plan")
+        files, relied = _to_process(session, dataset, rh)
+        take_lease(root, dataset, rh, relied, kind="plan")
     todo: dict[str, ShardFile] = {}
     for path, md5, size in files:
         if recipe.is_sidecar(path):
@@ -70,6 +74,17 @@ def plan(
         decoded_of=lambda f: decoded_bytes(recipe, f.path, f.size),
     )
     return [Shard(dataset, rh, recipe.format, batch) for batch in groups]
+
+
+def _to_process(session: Session, dataset: str, rh: str) -> tuple[list[tuple], list[str]]:
+    """The files to process and the segments the plan counts on: from the change set since
+    the head when the head anchors one (O(changes), build/changes.py), else from every row."""
+    head = head_version(session, dataset)  # the head (latest), not the newest created
+    manifest = json.loads(head.manifest) if head is not None and head.manifest else None
+    since = Since.of(head, manifest, rh)
+    if since is not None:
+        return since.to_plan(session, dataset, rh, [s["id"] for s in manifest["segments"]])
+    return _files_to_process(session, dataset, rh), relied_on_segments(session, dataset, rh)
 
 
 def _files_to_process(session: Session, dataset: str, rh: str) -> list[tuple]:

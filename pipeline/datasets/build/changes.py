@@ -1,0 +1,171 @@
+"""The dataset's change set since its head: the ledger rows a scan wrote after the head was built.
+
+Every row a scan inserts or updates (a new, changed, touched, renamed, deleted or refused file)
+gets that scan's id in ``last_scan_id``; a row the scan found unchanged keeps its old one.
+Scans of one lake are serialised by its lock row and allocate their id under it, so a larger
+id commits later. A version records, in its manifest's ``ledger`` section:
+
+- ``scan``: the largest ``last_scan_id`` among the dataset's rows when its commit read the
+  ledger (read before the rows, so a scan that lands in between is only read again);
+- ``pending``: the paths it left out because their content had no processed sample yet (a
+  file scanned after the plan: the next build takes it).
+
+Then every current file that is not in the head as the ledger row says now is a row with
+``last_scan_id`` above ``scan`` (or NULL: a row no scan wrote), or a pending path, or one of the
+head's invalid files whose processed rows gc removed. ``plan`` plans those alone, and
+``commit`` stops before assembling anything when there are none: a no-change rebuild costs
+O(changes), not O(files). An older ``scan`` only makes the set larger, never wrong: a head
+moved back to an older version, or a version found published after a crash, keeps its own.
+A head without the section (built before it existed) or under another recipe gets ``None``:
+the full read, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from pipeline.metadata.driver import driver_rows
+from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK
+
+LEDGER = "ledger"  # the manifest's section
+_IN_BATCH = 900  # bound values per IN (SQLite's default limit is 999)
+
+
+def watermark(session: Session, dataset: str) -> int:
+    """The largest scan id among the dataset's ledger rows (0: none); an index lookup on
+    (dataset, last_scan_id), migration 0010."""
+    rows = driver_rows(
+        session, "SELECT max(last_scan_id) FROM ledger_files WHERE dataset = ?", (dataset,)
+    )
+    return int(rows[0][0] or 0) if rows else 0
+
+
+def ledger_section(scan: int, files: list[tuple], processed: dict, recipe: Any) -> dict:
+    """The manifest's ``ledger`` section of a version assembled from ``files`` (the ledger's
+    current rows, _current_files) and ``processed``."""
+    return {
+        "scan": scan,
+        "pending": [
+            path
+            for path, md5, _size, _mtime, status, _error in files
+            if md5 is not None
+            and status in (STATUS_OK, STATUS_INVALID)
+            and md5 not in processed
+            and not recipe.is_sidecar(path)
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Since:
+    """The ledger state a head was built from."""
+
+    version_id: str
+    scan: int
+    pending: tuple[str, ...]
+
+    @classmethod
+    def of(cls, head, manifest: dict | None, recipe_hash: str) -> Since | None:
+        """None when the head cannot anchor a change set (no head, another recipe, no
+        ``ledger`` section)."""
+        if head is None or head.recipe_hash != recipe_hash or not manifest:
+            return None
+        section = manifest.get(LEDGER)
+        if not isinstance(section, dict) or not isinstance(section.get("scan"), int):
+            return None
+        return cls(head.version_id, section["scan"], tuple(section.get("pending") or ()))
+
+    def changed(self, session: Session, dataset: str) -> list[tuple]:
+        """(path, md5, size, status, deleted) of the rows written since the head was built."""
+        return driver_rows(
+            session,
+            "SELECT path, md5, size, status, CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END "
+            "FROM ledger_files WHERE dataset = ? AND (last_scan_id > ? OR last_scan_id IS NULL)",
+            (dataset, self.scan),
+        )
+
+    def pending_rows(self, session: Session) -> list[tuple]:
+        """(path, md5, size, mtime_ns, status, error) of the head's pending paths still present."""
+        out: list[tuple] = []
+        paths = sorted(self.pending)
+        for i in range(0, len(paths), _IN_BATCH):
+            part = paths[i : i + _IN_BATCH]
+            out += driver_rows(
+                session,
+                "SELECT path, md5, size, mtime_ns, status, error FROM ledger_files "
+                f"WHERE deleted_at IS NULL AND path IN ({', '.join('?' * len(part))})",
+                tuple(part),
+            )
+        return out
+
+    def invalid_rows(self, session: Session) -> list[tuple]:
+        """(path, md5, size) of the head's invalid files, as the ledger has them now."""
+        return driver_rows(
+            session,
+            "SELECT DISTINCT l.path, l.md5, l.size FROM version_invalid v "
+            "JOIN ledger_files l ON l.path = v.path "
+            "WHERE v.version_id = ? AND l.deleted_at IS NULL AND l.md5 IS NOT NULL",
+            (self.version_id,),
+        )
+
+    def to_plan(
+        self, session: Session, dataset: str, recipe_hash: str, head_segments: list[str]
+    ) -> tuple[list[tuple], list[str]]:
+        """What plan needs, from the change set: (path, md5, size) of the current files whose
+        content has no processed sample under the recipe, by path, and the segments the plan
+        counts on (the head's, and those holding the changed files' contents)."""
+        candidates: dict[str, tuple] = {}
+        for path, md5, size, status, deleted in self.changed(session, dataset):
+            if not deleted and md5 is not None and status in (STATUS_OK, STATUS_INVALID):
+                candidates[path] = (path, md5, size)
+        for path, md5, size, _mtime, status, _error in self.pending_rows(session):
+            if md5 is not None and status in (STATUS_OK, STATUS_INVALID):
+                candidates[path] = (path, md5, size)
+        for path, md5, size in self.invalid_rows(session):
+            candidates.setdefault(path, (path, md5, size))
+        held = processed_segments(session, recipe_hash, {c[1] for c in candidates.values()})
+        todo = sorted(c for c in candidates.values() if c[1] not in held)
+        relied = set(head_segments) | {s for s in held.values() if s is not None}
+        relied |= set(self._invalid_segments(session, recipe_hash))
+        return todo, sorted(relied)
+
+    def _invalid_segments(self, session: Session, recipe_hash: str) -> list[str]:
+        rows = driver_rows(
+            session,
+            "SELECT DISTINCT p.segment_id FROM version_invalid v JOIN processed_samples p "
+            "ON p.md5 = v.md5 AND p.recipe_hash = ? "
+            "WHERE v.version_id = ? AND p.segment_id IS NOT NULL",
+            (recipe_hash, self.version_id),
+        )
+        return [r[0] for r in rows]
+
+    def unchanged(self, session: Session, dataset: str, recipe_hash: str) -> list[tuple] | None:
+        """The head's pending rows when the lake holds exactly the head's content (no row
+        written since, no pending content processed since); None when something changed."""
+        if self.changed(session, dataset):
+            return None
+        rows = self.pending_rows(session)
+        md5s = {r[1] for r in rows if r[1] is not None}
+        if processed_segments(session, recipe_hash, md5s):
+            return None
+        return rows
+
+
+def processed_segments(session: Session, recipe_hash: str, md5s: set[str]) -> dict[str, str | None]:
+    """md5 -> segment_id of the contents in ``md5s`` with a processed sample under the recipe."""
+    out: dict[str, str | None] = {}
+    ordered = sorted(md5s)
+    for i in range(0, len(ordered), _IN_BATCH):
+        part = ordered[i : i + _IN_BATCH]
+        out.update(
+            driver_rows(
+                session,
+                "SELECT md5, segment_id FROM processed_samples WHERE recipe_hash = ? "
+                f"AND md5 IN ({', '.join('?' * len(part))})",
+                (recipe_hash, *part),
+            )
+        )
+    return out
