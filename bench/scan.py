@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=30_000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
-    ap.add_argument("--cli-runs", type=int, default=9, help="whole-process runs per command")
+    ap.add_argument("--cli-runs", type=int, default=25, help="whole-process runs per command")
     ap.add_argument("--dvc", default=shutil.which("dvc"), help="a dvc executable to compare")
     ap.add_argument(
         "--against", help="an older checkout: its `laketrain scan` interleaved with this one's"
@@ -153,13 +153,18 @@ def main() -> None:
     body += figures_table(rows)
     body += (
         "\n\nWhole process: `python -m pipeline.cli scan` from exec to exit (imports, settings, "
-        "the migration check, the scan, the table), median of the runs; `dvc status` (and, "
-        "with --against, the older checkout's scan) runs between them on the same files. The "
-        "entry runs a plain `scan` line without typer, click or pydantic, and off a terminal "
-        "writes the table without rich; a SQLite store at head is scanned without SQLAlchemy "
-        "or Alembic (docs/scan.md). The in-process rescans above go through a MetadataStore "
-        "handle (SQLAlchemy session). The machine is shared with other work: absolute times "
-        "drift between runs; compare ratios measured in the same run."
+        "the migration check, the scan, the table); wall time, and CPU time (user + system, "
+        "from wait4), medians of the runs. Each round runs, one after the other, the scan, a "
+        "bare os.scandir + stat walk of the same tree as a `python -c` process, the scan with "
+        "this environment's bytecode setting, `python -c pass`, and, when given, the older "
+        "checkout's scan and `dvc status` on a copy of the same files; ratios are medians "
+        "of the per-round ratios. Bytecode is cached under bench/_work (PYTHONPYCACHEPREFIX), "
+        "as an installed laketrain has it; the baselines run the same way. The entry runs a "
+        "plain `scan` line without typer, click or pydantic, and off a terminal writes the "
+        "table without rich; a SQLite store at head is scanned without SQLAlchemy or Alembic "
+        "(docs/scan.md). The in-process rescans above go through a MetadataStore handle "
+        "(SQLAlchemy session). The machine is shared with other work: absolute times drift "
+        "with its load; compare ratios measured in the same run."
     )
     report("bench/scan.py", body, write=not args.no_write)
 
@@ -174,61 +179,131 @@ def cli_env(lake: Path) -> dict[str, str]:
     }
 
 
-def run_once(cmd: list[str], *, cwd: Path | None = None, env=None) -> float:
+def cached_bytecode(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with Python's bytecode cached under bench/_work, as an installed laketrain has
+    it (pip compiles modules at install). Without it, an environment that sets
+    PYTHONDONTWRITEBYTECODE (this machine's does) compiles every project module at each start."""
+    out = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out["PYTHONPYCACHEPREFIX"] = str(WORK / "pycache")
+    return out
+
+
+# The bare walk as a process of its own: interpreter start-up plus what any rescan must do.
+BARE_WALK = """import os, sys
+stack = [sys.argv[1]]
+while stack:
+    with os.scandir(stack.pop()) as it:
+        for e in it:
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+            else:
+                e.stat(follow_symlinks=False)
+"""
+
+
+def run_once(cmd: list[str], *, cwd: Path | None = None, env=None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one process from start to exit."""
     t = time.perf_counter()
-    subprocess.run(cmd, cwd=cwd, env=env, check=False, capture_output=True)
-    return time.perf_counter() - t
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[:3]} exited with {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def whole_process(lake: Path, args: argparse.Namespace) -> list[tuple[str, str]]:
     """`laketrain scan` of the unchanged lake from process start to exit (median of
-    ``--cli-runs``), interleaved with `dvc status` on a copy of the same files and with the
-    older checkout's `laketrain scan` (``--against``)."""
+    ``--cli-runs``), interleaved run by run with a bare os.scandir + stat walk of the same
+    tree as a process of its own, with the same scan in this environment as it is (bytecode
+    not cached), with `dvc status` on a copy of the same files and with the older checkout's
+    `laketrain scan` (``--against``). The ratio to the bare-walk process is taken pair by
+    pair: the machine is shared, and a load that slows one slows the other."""
     scan_cmd = [sys.executable, "-m", "pipeline.cli", "scan"]
+    walk_cmd = [sys.executable, "-c", BARE_WALK, str(lake)]
+    pass_cmd = [sys.executable, "-c", "pass"]
     here = Path(__file__).resolve().parents[1]
-    env = cli_env(lake)
-    floor = statistics.median(run_once([sys.executable, "-c", "pass"]) for _ in range(5))
+    plain_env = cli_env(lake)
+    env = cached_bytecode(plain_env)
     repo, dvc_cold = prepare_dvc(lake, args.dvc) if args.dvc else (None, 0.0)
     older = Path(args.against).resolve() if args.against else None
-    ours, theirs, before = [], [], []
     for tree in (here, older) if older is not None else (here,):  # warm-up, and a check
         done = subprocess.run(scan_cmd, cwd=tree, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"`laketrain scan` in {tree} failed: {done.stderr.strip()}")
+    run_once(walk_cmd, env=env)  # its bytecode cache too
+    run_once(pass_cmd, env=env)
+    runs: dict[str, list[tuple[float, float]]] = {
+        k: [] for k in ("ours", "plain", "walk", "pass", "before", "dvc")
+    }
+    load = os.getloadavg()[0]
     for _ in range(args.cli_runs):
-        ours.append(run_once(scan_cmd, cwd=here, env=env))
+        runs["ours"].append(run_once(scan_cmd, cwd=here, env=env))
+        runs["walk"].append(run_once(walk_cmd, env=env))
+        runs["plain"].append(run_once(scan_cmd, cwd=here, env=plain_env))
+        runs["pass"].append(run_once(pass_cmd, env=env))
         if older is not None:
-            before.append(run_once(scan_cmd, cwd=older, env=env))
+            runs["before"].append(run_once(scan_cmd, cwd=older, env=env))
         if repo is not None:
-            theirs.append(run_once([args.dvc, "status", "-q"], cwd=repo))
-    ours_s = statistics.median(ours)
+            runs["dvc"].append(run_once([args.dvc, "status", "-q"], cwd=repo))
+    load = (load + os.getloadavg()[0]) / 2
+
+    def wall(key: str) -> float:
+        return statistics.median(w for w, _ in runs[key])
+
+    def cpu(key: str) -> float:
+        return statistics.median(c for _, c in runs[key])
+
+    def pairs(key: str, at: int = 0) -> float:
+        return statistics.median(
+            a[at] / b[at] for a, b in zip(runs["ours"], runs[key], strict=True)
+        )
+
+    n = len(runs["ours"])
     rows = [
         (
-            "`laketrain scan`, unchanged, whole process",
-            f"{ours_s:.3f} s, median of {len(ours)} (target <= 0.3 s)",
+            "**`laketrain scan`, unchanged, whole process**",
+            f"**{wall('ours'):.3f} s** wall, median of {n} (target <= 0.3 s); "
+            f"CPU {cpu('ours'):.3f} s",
         ),
-        ("baseline: `python -c pass` (interpreter start-up)", f"{floor:.3f} s"),
+        (
+            "baseline: bare os.scandir + stat walk of the same tree, as a process",
+            f"{wall('walk'):.3f} s wall; CPU {cpu('walk'):.3f} s",
+        ),
+        (
+            "**`laketrain scan` / bare-walk process**",
+            f"**{pairs('walk'):.2f}x** wall, {pairs('walk', 1):.2f}x CPU (pairwise medians)",
+        ),
+        (
+            "baseline: `python -c pass` (interpreter start-up)",
+            f"{wall('pass'):.3f} s wall; CPU {cpu('pass'):.3f} s",
+        ),
+        (
+            "`laketrain scan`, bytecode not cached (this environment as it is)",
+            f"{wall('plain'):.3f} s wall; CPU {cpu('plain'):.3f} s",
+        ),
+        ("load average (1 min) during these runs, 2 cores", f"{load:.1f}"),
     ]
     if older is not None:
-        pairs = statistics.median(a / b for a, b in zip(ours, before, strict=True))
         rows += [
             (
                 "baseline: the older checkout's `laketrain scan`",
-                f"{statistics.median(before):.3f} s",
+                f"{wall('before'):.3f} s wall; CPU {cpu('before'):.3f} s",
             ),
             (
                 "`laketrain scan` / the older checkout's",
-                f"{pairs:.2f}x (pairwise median, interleaved)",
+                f"{pairs('before'):.2f}x wall, {pairs('before', 1):.2f}x CPU (pairwise medians)",
             ),
         ]
     if repo is None:
         rows.append(("`dvc status`, same files", "not measured: dvc is not installed (--dvc PATH)"))
         return rows
-    theirs_s = statistics.median(theirs)
-    pairs = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
     rows += [
-        ("`dvc status`, same files, no change, whole process", f"{theirs_s:.3f} s"),
-        ("`laketrain scan` / `dvc status`", f"{pairs:.2f}x (pairwise median, interleaved)"),
+        ("`dvc status`, same files, no change, whole process", f"{wall('dvc'):.3f} s"),
+        ("`laketrain scan` / `dvc status`", f"{pairs('dvc'):.2f}x (pairwise median)"),
         ("`dvc add` of the same files, cold (for contrast)", f"{dvc_cold:.2f} s"),
     ]
     return rows

@@ -19,8 +19,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pipeline.redact import redact_url
-
 
 def project_root() -> Path:
     """The working directory `var/` defaults are relative to (the repo root under `make`)."""
@@ -29,6 +27,22 @@ def project_root() -> Path:
 
 class SettingsError(ValueError):
     """A setting read from the environment is invalid; the message names the variable."""
+
+
+def redact_url(url: str) -> str:
+    # pipeline.redact compiles its patterns on import, and a plain `laketrain scan` reads
+    # settings that carry no credentials: it is imported when a value may hold one.
+    from pipeline.redact import redact_url as redact
+
+    return redact(url)
+
+
+def _has_credentials(text: str) -> bool:
+    """Whether redact_url would mask something in ``text``: only a URL with userinfo ('@')
+    or a secret in its query string (after '?', '&' or ';') has anything to mask."""
+    if "@" not in text and "?" not in text and "&" not in text and ";" not in text:
+        return False
+    return redact_url(text) != text
 
 
 _NO_CREDENTIALS = (
@@ -44,7 +58,7 @@ def _location(value: object) -> Path | str:
     if not text:
         raise ValueError("Value error, must be a folder or s3://bucket/prefix")
     if text.startswith("s3://"):
-        if redact_url(text) != text or "@" in text.split("/", 3)[2]:
+        if _has_credentials(text) or "@" in text.split("/", 3)[2]:
             raise ValueError("Value error, " + _NO_CREDENTIALS)
         bucket = text[len("s3://") :].split("/", 1)[0]
         if not bucket:
@@ -69,7 +83,7 @@ def _checkpoint_url(value: object) -> str:
     text = _string(value)
     if not text.startswith(("file://", "s3://")):
         raise ValueError("Value error, must start with file:// or s3://")
-    if redact_url(text) != text:
+    if _has_credentials(text):
         raise ValueError("Value error, " + _NO_CREDENTIALS)
     authority = text.split("://", 1)[1].split("/", 1)[0]
     if text.startswith("file://") and authority not in ("", "localhost"):

@@ -10,13 +10,26 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.cli import lean_scan_args
+from pipeline.redact import redact_url
 from pipeline.scan_command import SCAN_COUNTS, plain_table
+from pipeline.settings import _has_credentials
 from tests.lake.conftest import write
 from tests.lake.test_cli import _modules_of, laketrain
 
-NOT_ON_THE_SCAN_PATH = {"pydantic", "typer", "click", "rich", "sqlalchemy", "alembic"}
+NOT_ON_THE_SCAN_PATH = {
+    "pydantic",
+    "typer",
+    "click",
+    "rich",
+    "sqlalchemy",
+    "alembic",
+    # Settings without credentials in them need no masking (pipeline.settings._has_credentials).
+    "pipeline.redact",
+}
 
 
 def test_an_unchanged_scan_loads_no_pydantic_typer_rich_or_sqlalchemy(lt_env):
@@ -124,3 +137,29 @@ def test_a_store_failure_under_the_lean_scan_is_one_line(lt_env):
     assert out.returncode == 1, out.stderr
     assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
     assert "retry `laketrain scan`" in out.stderr and "hunter2-pw" not in out.stderr
+
+
+# URL-ish text: the characters that make a URL carry credentials, and a few that do not.
+_URLISH = st.text(alphabet="ab:/@?&;=.-_ %\t", max_size=40) | st.sampled_from(
+    [
+        "s3://bucket/prefix",
+        "s3://AKIA:secret@bucket/p",
+        "s3://AKIA@bucket",
+        "file:///var/objects",
+        "file://user:pw@localhost/x",
+        "postgresql://u:p@h/db",
+        "s3://b/p?password=x",
+        "s3://b/p?a=1&token=t",
+        "s3://b/p;secret=s",
+        "user:pw@host/db",
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(prefix=st.sampled_from(["", "s3://", "file://", "postgresql+psycopg://"]), text=_URLISH)
+def test_the_settings_credential_check_is_redact_url_s(prefix, text):
+    """The settings check skips pipeline.redact for text with nothing to mask; it must say
+    exactly what comparing with redact_url says."""
+    value = prefix + text
+    assert _has_credentials(value) == (redact_url(value) != value)
