@@ -258,6 +258,20 @@ class DatasetHead(Base):
     moved_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class DatasetLedgerMark(Base):
+    """The ledger state a dataset's head matches: the largest scan id its commit read, the
+    paths it left pending, and whether the head's chunks are exactly that state's assembly.
+    Valid only while ``version_id`` is the head (pipeline/datasets/build/changes.py)."""
+
+    __tablename__ = "dataset_ledger_marks"
+
+    dataset: Mapped[str] = mapped_column(String(255), primary_key=True)
+    version_id: Mapped[str] = mapped_column(String(64))
+    scan: Mapped[int] = mapped_column(BigInteger)
+    pending: Mapped[str] = mapped_column(Text, doc="JSON list of lake paths")
+    exact: Mapped[bool] = mapped_column(Boolean)
+
+
 class DatasetHeadMove(Base):
     """Every move of a dataset's head, append-only: what ``latest`` meant, and when."""
 

@@ -1,36 +1,38 @@
-"""The dataset's change set since its head: the ledger rows a scan wrote after the head was built.
+"""The dataset's change set since its head: the ledger rows a scan wrote after the head was found.
 
 Every row a scan inserts or updates (a new, changed, touched, renamed, deleted or refused file)
 gets that scan's id in ``last_scan_id``; a row the scan found unchanged keeps its old one.
 Scans of one lake are serialised by its lock row and allocate their id under it, so a larger
-id commits later. A version records, in its manifest's ``ledger`` section:
+id commits later. Each commit that leaves the head matching the lake (a version published, the
+head moved back, or no change) records in ``dataset_ledger_marks``:
 
-- ``scan``: the largest ``last_scan_id`` among the dataset's rows when its commit read the
-  ledger (read before the rows, so a scan that lands in between is only read again);
+- ``scan``: the largest ``last_scan_id`` among the dataset's rows when it read the ledger
+  (read before the rows, so a scan that lands in between is only read again);
 - ``pending``: the paths it left out because their content had no processed sample yet (a
-  file scanned after the plan: the next build takes it).
+  file scanned after the plan: the next build takes it);
+- ``exact``: whether the head's chunks are this very assembly (this commit wrote them), not
+  only a version of the same id (same md5/label/split list; paths or mtimes may differ).
 
-Then every current file that is not in the head as the ledger row says now is a row with
+Then every current file that is not in the head as its ledger row says now is a row with
 ``last_scan_id`` above ``scan`` (or NULL: a row no scan wrote), or a pending path, or one of the
 head's invalid files whose processed rows gc removed. ``plan`` plans those alone, and
 ``commit`` stops before assembling anything when there are none: a no-change rebuild costs
-O(changes), not O(files). An older ``scan`` only makes the set larger, never wrong: a head
-moved back to an older version, or a version found published after a crash, keeps its own.
-A head without the section (built before it existed) or under another recipe gets ``None``:
-the full read, as before.
+O(changes), not O(files). An older ``scan`` only makes the set larger, never wrong. A mark
+naming another version than the head (the head moved by approve, or before marks existed), or
+a head under another recipe, gives ``None``: the full read, as before.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.orm import Session
 
+from pipeline.metadata.datasets import DatasetLedgerMark
 from pipeline.metadata.driver import driver_rows
 from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK
 
-LEDGER = "ledger"  # the manifest's section
 _IN_BATCH = 900  # bound values per IN (SQLite's default limit is 999)
 
 
@@ -43,20 +45,36 @@ def watermark(session: Session, dataset: str) -> int:
     return int(rows[0][0] or 0) if rows else 0
 
 
-def ledger_section(scan: int, files: list[tuple], processed: dict, recipe: Any) -> dict:
-    """The manifest's ``ledger`` section of a version assembled from ``files`` (the ledger's
-    current rows, _current_files) and ``processed``."""
-    return {
+def pending_paths(files: list[tuple], processed: dict, recipe) -> list[str]:
+    """The paths of ``files`` (_current_files' rows) an assembly leaves out for want of a
+    processed sample (the rule of check_counted_on and _assemble)."""
+    return [
+        path
+        for path, md5, _size, _mtime, status, _error in files
+        if md5 is not None
+        and status in (STATUS_OK, STATUS_INVALID)
+        and md5 not in processed
+        and not recipe.is_sidecar(path)
+    ]
+
+
+def record_mark(
+    session: Session, dataset: str, version_id: str, scan: int, pending: list[str], exact: bool
+) -> None:
+    """The head (``version_id``) matches the ledger as of ``scan``; under the dataset's lock
+    row, in the transaction that moves (or keeps) the head."""
+    mark = session.get(DatasetLedgerMark, dataset)
+    values = {
+        "version_id": version_id,
         "scan": scan,
-        "pending": [
-            path
-            for path, md5, _size, _mtime, status, _error in files
-            if md5 is not None
-            and status in (STATUS_OK, STATUS_INVALID)
-            and md5 not in processed
-            and not recipe.is_sidecar(path)
-        ],
+        "pending": json.dumps(pending),
+        "exact": exact,
     }
+    if mark is None:
+        session.add(DatasetLedgerMark(dataset=dataset, **values))
+    else:
+        for key, value in values.items():
+            setattr(mark, key, value)
 
 
 @dataclass(frozen=True)
@@ -66,17 +84,18 @@ class Since:
     version_id: str
     scan: int
     pending: tuple[str, ...]
+    exact: bool
 
     @classmethod
-    def of(cls, head, manifest: dict | None, recipe_hash: str) -> Since | None:
-        """None when the head cannot anchor a change set (no head, another recipe, no
-        ``ledger`` section)."""
-        if head is None or head.recipe_hash != recipe_hash or not manifest:
+    def of(cls, session: Session, dataset: str, head, recipe_hash: str) -> Since | None:
+        """None when the head cannot anchor a change set (no head, another recipe, no mark
+        for this head)."""
+        if head is None or head.recipe_hash != recipe_hash:
             return None
-        section = manifest.get(LEDGER)
-        if not isinstance(section, dict) or not isinstance(section.get("scan"), int):
+        mark = session.get(DatasetLedgerMark, dataset)
+        if mark is None or mark.version_id != head.version_id:
             return None
-        return cls(head.version_id, section["scan"], tuple(section.get("pending") or ()))
+        return cls(mark.version_id, int(mark.scan), tuple(json.loads(mark.pending)), mark.exact)
 
     def changed(self, session: Session, dataset: str) -> list[tuple]:
         """(path, md5, size, status, deleted) of the rows written since the head was built."""

@@ -17,7 +17,7 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.assemble import (
     _assemble,
 )
-from pipeline.datasets.build.changes import LEDGER, Since, ledger_section, watermark
+from pipeline.datasets.build.changes import Since, pending_paths, record_mark, watermark
 from pipeline.datasets.build.chunkrows import known_leaves, leaf_keys, record_tree
 from pipeline.datasets.build.contents import _manifest
 from pipeline.datasets.build.parent import Parent
@@ -138,9 +138,7 @@ def commit(
         latest = latest_committed(session, dataset)  # the head, not the newest created
         # Read before the rows: a scan that lands in between is only read again (changes.py).
         scan_mark = watermark(session, dataset)
-        since = Since.of(
-            latest, json.loads(latest.manifest) if latest and latest.manifest else None, rh
-        )
+        since = Since.of(session, dataset, latest, rh)
         pending = since.unchanged(session, dataset, rh) if since is not None else None
         if pending is not None:
             # No ledger row written since the head was built, no pending content processed:
@@ -171,8 +169,12 @@ def commit(
             session, data_root, dataset, recipe, files, processed, [r.segment_id for r in refs]
         )
         version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
+        pending = pending_paths(files, processed, recipe)
         if latest is not None and latest.version_id == version_id:
             at_commit.review.mark_superseded(session, dataset, latest.tag)
+            # The head is the lake's version as of scan_mark (its chunks may hold older
+            # mtimes: a touch changes no id), so the next no-change build stops early.
+            record_mark(session, dataset, version_id, scan_mark, pending, exact=False)
             return None
         existing = session.get(DatasetVersion, version_id)
         if existing is not None and existing.status == at_commit.review.VERSION_QUARANTINED:
@@ -183,6 +185,7 @@ def commit(
             # The lake went back to the content of an older version: that version is it, and
             # the head moves back to it (latest must name what the lake holds).
             head.move_head(session, dataset, version_id, head.HEAD_RETURNED)
+            record_mark(session, dataset, version_id, scan_mark, pending, exact=False)
             return replace(_version_of(existing), head_move=head.HEAD_RETURNED)
         parent = latest
         # A chunked parent's diff compares leaf lists, once the new tree is cut (below).
@@ -213,7 +216,6 @@ def commit(
                 session,
                 format_version=WRITE_FORMAT,
             )
-            manifest[LEDGER] = ledger_section(scan_mark, files, processed, recipe)
             manifest["quality"] = compute_report(
                 near, recipe, samples, invalid, parent, session, data_root, processed
             ).to_dict()
@@ -279,6 +281,9 @@ def commit(
             held = at_commit.hold(session, row, gate)
             return replace(_version_of(row), status=row.status, gate=held)
         head.move_head(session, dataset, version_id, head.HEAD_PUBLISHED)
+        # exact: the chunks this commit wrote are this assembly (a version found published
+        # after a crash has the same id, not necessarily the same paths and mtimes).
+        record_mark(session, dataset, version_id, scan_mark, pending, exact=tree is not None)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
 
 

@@ -80,10 +80,10 @@ def _to_process(session: Session, dataset: str, rh: str) -> tuple[list[tuple], l
     """The files to process and the segments the plan counts on: from the change set since
     the head when the head anchors one (O(changes), build/changes.py), else from every row."""
     head = head_version(session, dataset)  # the head (latest), not the newest created
-    manifest = json.loads(head.manifest) if head is not None and head.manifest else None
-    since = Since.of(head, manifest, rh)
+    since = Since.of(session, dataset, head, rh)
     if since is not None:
-        return since.to_plan(session, dataset, rh, [s["id"] for s in manifest["segments"]])
+        manifest = json.loads(head.manifest) if head.manifest else {}
+        return since.to_plan(session, dataset, rh, [s["id"] for s in manifest.get("segments", [])])
     return _files_to_process(session, dataset, rh), relied_on_segments(session, dataset, rh)
 
 

@@ -1,0 +1,136 @@
+"""A build driven by the ledger's change set since the head (pipeline/datasets/build/changes.py):
+a no-change rebuild reads no row per file, plan plans only what changed, and nothing a
+full read would see is missed: a file left pending, a row no scan wrote, a touch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from sqlalchemy import text
+
+from tests.datasets.conftest import image_lake, write_jpeg
+
+
+def _boom(*_a, **_k):
+    raise AssertionError("read every ledger row of the dataset")
+
+
+def _no_full_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.datasets.build import committing, planning
+
+    monkeypatch.setattr(committing, "_current_files", _boom)
+    monkeypatch.setattr(committing, "_assemble", _boom)
+    monkeypatch.setattr(planning, "_files_to_process", _boom)
+    monkeypatch.setattr(planning, "relied_on_segments", _boom)
+
+
+def test_a_no_change_rebuild_stops_before_reading_every_file(store, home, monkeypatch):
+    from pipeline.datasets.build import run_build
+
+    image_lake(home, per_class=5)
+    first = run_build("pets", workers=1, store=store)
+    assert first.version is not None
+    with monkeypatch.context() as m:
+        _no_full_reads(m)
+        again = run_build("pets", workers=1, store=store)
+    assert again.version is None and again.shards == 0
+
+    # A touch (same bytes, a new mtime) is a row written since: read in full, no new version
+    # (the id is the md5/label/split list), and the head's mark moves past it.
+    path = home / "lake" / "pets" / "cat" / "000.jpg"
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert run_build("pets", workers=1, store=store).version is None
+    with monkeypatch.context() as m:
+        _no_full_reads(m)
+        assert run_build("pets", workers=1, store=store).version is None
+
+
+def test_plan_plans_only_the_changed_files_and_the_version_is_a_full_reads(
+    store, home, monkeypatch
+):
+    from pipeline.datasets.build import build, plan, planning
+    from pipeline.datasets.build.planning import _files_to_process
+    from pipeline.lake.scan import scan
+
+    image_lake(home, per_class=8)
+    build("pets", workers=1, store=store)
+    lake = home / "lake"
+    for k in range(3):
+        write_jpeg(lake / f"pets/dog/new{k}.jpg", seed=50_000 + k)
+    write_jpeg(lake / "pets/cat/001.jpg", seed=60_000)  # other bytes, same path
+    (lake / "pets/cat/002.jpg").unlink()
+    scan(lake, dataset="pets", store=store)
+    with store.session() as session:
+        full = _files_to_process(session, "pets", _recipe_hash())
+    with monkeypatch.context() as m:
+        m.setattr(planning, "_files_to_process", _boom)
+        m.setattr(planning, "relied_on_segments", _boom)
+        shards = plan("pets", store=store)
+    planned = sorted(f.path for s in shards for f in s.files)
+    assert planned == sorted(p for p, _md5, _size in full)
+    assert planned == [
+        "pets/cat/001.jpg",
+        "pets/dog/new0.jpg",
+        "pets/dog/new1.jpg",
+        "pets/dog/new2.jpg",
+    ]
+
+
+def test_a_file_left_pending_is_built_by_the_next_build_with_no_lake_change(store, home):
+    """A file scanned after the plan has no processed sample at commit: left out, and taken
+    by the next build although no scan writes its row again."""
+    from pipeline.datasets.build import build, commit, plan, process
+    from pipeline.datasets.reader import open_version
+    from pipeline.lake.scan import scan
+
+    image_lake(home, per_class=4)
+    lake = home / "lake"
+    scan(lake, dataset="pets", store=store)
+    refs = [process(s, store=store) for s in plan("pets", store=store)]
+    write_jpeg(lake / "pets/cat/late.jpg", seed=70_000)
+    scan(lake, dataset="pets", store=store)  # after the plan: no shard holds it
+    v1 = commit("pets", refs, store=store)
+    assert v1 is not None and v1.samples == 8
+    v2 = build("pets", workers=1, store=store)  # its scan writes no row
+    assert v2 is not None and v2.samples == 9
+    reader = open_version("pets", v2.version_id, store=store)
+    assert "pets/cat/late.jpg" in {reader.metadata(i)["path"] for i in range(len(reader))}
+
+
+def test_a_ledger_row_no_scan_wrote_is_in_the_change_set(store, home):
+    from pipeline.datasets.build import build, run_build
+    from pipeline.datasets.build.changes import Since
+    from pipeline.datasets.queries import latest_committed
+
+    image_lake(home, per_class=3)
+    build("pets", workers=1, store=store)
+    with store.session() as session:
+        session.execute(
+            text("UPDATE ledger_files SET last_scan_id = NULL WHERE path = 'pets/dog/001.jpg'")
+        )
+    with store.session() as session:
+        since = Since.of(session, "pets", latest_committed(session, "pets"), _recipe_hash())
+        assert since is not None
+        assert [r[0] for r in since.changed(session, "pets")] == ["pets/dog/001.jpg"]
+    assert run_build("pets", workers=1, store=store).version is None  # read in full: same id
+
+
+def test_a_mark_for_another_version_than_the_head_is_not_used(store, home):
+    from pipeline.datasets.build import build
+    from pipeline.datasets.build.changes import Since
+    from pipeline.datasets.queries import latest_committed
+
+    image_lake(home, per_class=3)
+    build("pets", workers=1, store=store)
+    with store.session() as session:
+        session.execute(text("UPDATE dataset_ledger_marks SET version_id = 'not-the-head'"))
+    with store.session() as session:
+        assert Since.of(session, "pets", latest_committed(session, "pets"), _recipe_hash()) is None
+
+
+def _recipe_hash() -> str:
+    from pipeline.datasets.recipes import load_recipe
+
+    return load_recipe("pets").recipe_hash
