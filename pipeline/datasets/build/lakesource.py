@@ -1,7 +1,8 @@
 """Where ``process`` reads a shard's source files: a lake folder, or a lake in S3.
 
 Either way a file is decoded only when its bytes still have the md5 the scan recorded (a file
-that changed or went away since is left for the next scan, nothing recorded). From S3 each
+that changed or went away since is left for the next scan, nothing recorded); ``process`` asks
+for a local file here only when its stat key is no longer the ledger's (processing.py). From S3 each
 object is streamed once (GET) into a private temporary folder, its MD5 computed on the way, then
 decoded from there and removed: decoders open local files (Pillow, numpy, pyarrow), and an
 object read twice could change in between. The lake itself is only ever read.

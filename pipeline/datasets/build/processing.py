@@ -98,28 +98,37 @@ def process(
     invalid: list[dict] = []
     decoded = 0
 
+    def decode(f: ShardFile, abspath: str) -> object:
+        try:
+            return pre.decode(abspath, recipe)
+        except InvalidInput as exc:
+            return exc
+        except Exception as exc:
+            # Not a verdict on the file (a transient I/O error, a decoder bug, no memory):
+            # fail the shard, naming the file, rather than mark it invalid for good.
+            raise BuildError(
+                f"{f.path}: cannot decode ({type(exc).__name__}: {exc}); nothing of its "
+                "shard was recorded, rerun the build"
+            ) from exc
+
     def read(f: ShardFile) -> object:
         """The file's decoded samples, its InvalidInput, or None when it changed or went away
         since the scan (left for the next scan, nothing recorded)."""
+        if keys is not None:
+            abspath = os.path.join(lake_dir, f.path)
+            if _unchanged_since_scan(abspath, keys.get(f.path), f.md5):
+                return decode(f, abspath)
+        # Another key than the scan's (or an S3 lake): the bytes must hash to the md5.
         with source.local_copy(f.path, f.md5) as abspath:
-            if abspath is None:
-                return None
-            try:
-                return pre.decode(abspath, recipe)
-            except InvalidInput as exc:
-                return exc
-            except Exception as exc:
-                # Not a verdict on the file (a transient I/O error, a decoder bug, no memory):
-                # fail the shard, naming the file, rather than mark it invalid for good.
-                raise BuildError(
-                    f"{f.path}: cannot decode ({type(exc).__name__}: {exc}); nothing of its "
-                    "shard was recorded, rerun the build"
-                ) from exc
+            return None if abspath is None else decode(f, abspath)
 
     files = sorted(shard.files, key=lambda f: f.md5)
     with ExitStack() as stack:
         # A lake folder, or objects GET into a temporary folder (build/lakesource.py).
         source = stack.enter_context(LakeSource(lake))
+        # A local lake: the ledger's stat keys of the shard's paths, one query a shard.
+        keys = None if source.s3 else _ledger_keys(store, [f.path for f in files])
+        lake_dir = str(lake)
         if threads > 1 and len(files) > 1:
             pool = stack.enter_context(ThreadPoolExecutor(min(threads, len(files))))
             results = pool.map(read, files)  # in order, whatever order they finish in
@@ -239,6 +248,38 @@ def _ref(shard: Shard, info: dict, *, decoded: int, reused: bool) -> SegmentRef:
         invalid=len(info["invalid"]),
         reused=reused,
     )
+
+
+def _ledger_keys(store: MetadataStore, paths: list[str]) -> dict[str, tuple]:
+    """``path -> (md5, size, mtime_ns, ctime_ns, inode)`` of the ledger's present rows."""
+    from pipeline.metadata.driver import driver_rows
+
+    keys: dict[str, tuple] = {}
+    with store.session() as session:
+        for i in range(0, len(paths), 500):
+            chunk = paths[i : i + 500]
+            rows = driver_rows(
+                session,
+                "SELECT path, md5, size, mtime_ns, ctime_ns, inode FROM ledger_files "
+                f"WHERE deleted_at IS NULL AND path IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            keys.update((r[0], r[1:]) for r in rows)
+    return keys
+
+
+def _unchanged_since_scan(abspath: str, key: tuple | None, md5: str) -> bool:
+    """Whether the file still has the stat key the ledger recorded with ``md5``: the scan's own
+    rule for not hashing a file again (pipeline/lake/walk.py), so a file it passes is decoded
+    without being read twice. ctime is in the key: a rewrite can restore size and mtime, never
+    ctime. Any difference (or no row, or another md5 there) answers False: hash the bytes."""
+    if key is None or key[0] != md5:
+        return False
+    try:
+        st = os.stat(abspath)
+    except OSError:
+        return False
+    return key[1:] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def _md5_of(abspath: str) -> str | None:
