@@ -40,7 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from pipeline.datasets.manifest import ManifestError
-from pipeline.storage.durable import fsync_dir, write_once
+from pipeline.datasets.once_writer import OnceWriter
 
 # Average samples per leaf: ~200 bytes of metadata a sample makes a ~25 KB leaf, so a new
 # version of a million samples that adds 0.1 % rewrites ~1,000 leaves' worth at most (~25 MB)
@@ -356,7 +356,7 @@ def write_tree(
     leaves: list[LeafRef] = []
     new_leaves: list[tuple[LeafRef, list[dict]]] = []
     written = 0
-    touched_dirs: set[Path] = set()
+    out = OnceWriter()
     for start, stop, h, size, reused in cuts:
         part = samples[start:stop]
         meta_path = chunk_path(data_root, h, META_SUFFIX)
@@ -366,12 +366,8 @@ def write_tree(
             leaves.append(LeafRef(h, len(part), size, sha_idx))
             continue
         idx = index_bytes(part)
-        # The index first: a metadata part on disk means its index is complete too.
-        n = write_once(idx_path, idx)
-        n += write_once(meta_path, meta_bytes(part))
-        if n:
-            touched_dirs.add(meta_path.parent)
-        written += n
+        # The index first (renamed first): a metadata part on disk means its index is too.
+        written += out.add(idx_path, idx) + out.add(meta_path, meta_bytes(part))
         leaf = LeafRef(h, len(part), size, hashlib.sha256(idx).hexdigest())
         leaves.append(leaf)
         if sha_idx is None:
@@ -382,15 +378,13 @@ def write_tree(
         raw = node_bytes(group)
         h = hashlib.sha256(raw).hexdigest()
         path = chunk_path(data_root, h, NODE_SUFFIX)
-        n = write_once(path, raw)
+        n = out.add(path, raw)
         node = NodeRef(h, sum(c.count for c in group), sum(c.bytes for c in group))
         nodes.append(node)
         if n:
-            touched_dirs.add(path.parent)
             new_nodes.append(node)
         written += n
-    for folder in touched_dirs:
-        fsync_dir(folder)
+    out.close()  # every chunk file durable before the caller writes a manifest naming it
     bounds = [(c[0], c[1]) for c in cuts]
     return Tree(leaves, nodes, new_leaves, new_nodes, written, bounds)
 
