@@ -285,7 +285,11 @@ def whole_process(lake: Path, args: argparse.Namespace) -> list[tuple[str, str]]
             "`laketrain scan`, bytecode not cached (this environment as it is)",
             f"{wall('plain'):.3f} s wall; CPU {cpu('plain'):.3f} s",
         ),
-        ("load average (1 min) during these runs, 2 cores", f"{load:.1f}"),
+        (
+            "the machine's load during these runs (2 cores)",
+            f"load average {load:.1f}; the bare walk's wall / CPU {wall('walk') / cpu('walk'):.2f}"
+            " (1.00: no run waited for a core)",
+        ),
     ]
     if older is not None:
         rows += [
