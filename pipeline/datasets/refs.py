@@ -228,6 +228,16 @@ def resolve_on_disk(data_root: Path | str, dataset: str, ref: str) -> Path:
 def resolve_on_s3(remote: str, dataset: str, ref: str) -> str:
     """The version id ``ref`` names, from ``s3://.../datasets/<dataset>/`` alone (its HEAD
     object and its manifests), by the same rules as the files of a local DATA_ROOT."""
+    return locate_on_s3(remote, dataset, ref)[0]
+
+
+def locate_on_s3(remote: str, dataset: str, ref: str) -> tuple[str, tuple[dict, bytes] | None]:
+    """``resolve_on_s3``, with the version's manifest and its bytes when resolving read them
+    (else None), so that opening the version need not GET them again.
+
+    ``latest`` with a HEAD object costs two GETs and no LIST: HEAD names the version, and
+    the GET of its manifest is the proof that it is published (the manifest is written last)
+    as well as the read an open needs. Every other reference lists the published versions."""
     from pipeline.datasets import remote_files
 
     ref = _clean(ref)
@@ -238,25 +248,51 @@ def resolve_on_s3(remote: str, dataset: str, ref: str) -> str:
             else VersionNotFound("resolving a version from the files needs a dataset name")
         )
     where = remote_files.dataset_url(remote, dataset)
+    heads: list[dict | None] = []  # the HEAD object, once read
+
+    def head() -> dict | None:
+        if not heads:
+            heads.append(remote_files.read_head(remote, dataset))
+        return heads[0]
+
+    if ref == LATEST:
+        current = head()
+        vid = current["version_id"] if current is not None else ""
+        if _FULL_ID.fullmatch(vid):  # a HEAD of this laketrain; anything else: the rules below
+            try:
+                found = remote_files.find_manifest(remote, dataset, vid)
+            except mf.ManifestError:
+                return vid, None  # published but unreadable: opening it says what is wrong
+            if found is None:
+                raise VersionNotFound(
+                    f"dataset {dataset!r}: {where}/{mf.HEAD} names version {vid}, which is "
+                    f"not published under {where}"
+                )
+            return vid, found
     names = remote_files.version_ids(remote, dataset)
     if not names:
         raise VersionNotFound(f"dataset {dataset!r} has no published versions under {where}")
-    cache: dict[str, dict] = {}
+    read: dict[str, tuple[dict, bytes] | None] = {}
 
     def fields(name: str) -> dict:
-        if name not in cache:
-            cache[name] = remote_files.manifest_fields(remote, dataset, name)
-        return cache[name]
+        if name not in read:
+            try:
+                read[name] = remote_files.find_manifest(remote, dataset, name)
+            except mf.ManifestError:
+                read[name] = None  # it matches by id only, and opening it names what is wrong
+        found = read[name]
+        return found[0] if found is not None and isinstance(found[0], dict) else {}
 
-    return _pick(
+    vid = _pick(
         ref,
         dataset,
         names,
         fields=fields,
-        head=lambda: remote_files.read_head(remote, dataset),
+        head=head,
         head_where=f"{where}/{mf.HEAD}",
         where=where,
     )
+    return vid, read.get(vid)
 
 
 def _pick(

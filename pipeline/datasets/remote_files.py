@@ -44,11 +44,21 @@ def version_ids(remote: str, dataset: str) -> list[str]:
 
 def read_manifest(remote: str, dataset: str, version_id: str) -> tuple[dict, bytes]:
     """The manifest of a published version and its bytes; ManifestError naming the URL."""
+    found = find_manifest(remote, dataset, version_id)
+    if found is None:
+        url = join(version_url(remote, dataset, version_id), mf.MANIFEST)
+        raise mf.ManifestError(f"{url}: no such object; not a published version")
+    return found
+
+
+def find_manifest(remote: str, dataset: str, version_id: str) -> tuple[dict, bytes] | None:
+    """As ``read_manifest``, with None for a version that is not published (no manifest):
+    one GET that both says whether the version exists and reads it."""
     url = join(version_url(remote, dataset, version_id), mf.MANIFEST)
     try:
         raw = s3_store().read_bytes(url)
     except FileNotFoundError:
-        raise mf.ManifestError(f"{url}: no such object; not a published version") from None
+        return None
     try:
         manifest = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -5,21 +5,23 @@ What a version needs, each object checked against a checksum the version itself 
 
 - its ``manifest.json`` (GET on every open: small, and the one object that says what the
   version is; written into the cache when its bytes differ);
-- its chunk nodes (named by the sha256 of their bytes), then every leaf's ``.idx`` (its
-  node lists the sha256) and every segment (the manifest lists the sha256 over its files),
-  fetched in parallel;
+- its chunk nodes (named by the sha256 of their bytes), every leaf's ``.idx`` (its node
+  lists the sha256) and every segment (the manifest lists the sha256 over its files), in one
+  parallel pass of the cache: the segments start with the nodes, and each node's leaf
+  indexes start as soon as it is there, so the small files ride beside the large ones;
 - the leaves' metadata parts (named by their sha256) only when metadata is first asked for
   (``metadata``, ``md5s`` of a format-1 version, ``export``): a trainer never needs them.
 
 The cache's tree under ``objects/<bucket>/<prefix>`` reads like the data root itself, so
 the reader memory-maps segments from local files: a warm open costs one GET (the manifest)
-and no hashing, and reads are local reads. Every object stays pinned (a shared lock) while
+beside the resolving (``latest``: the HEAD object) and no hashing, and reads are local reads. Every object stays pinned (a shared lock) while
 the reader, or a split view of it, is alive, so no other process evicts it midway.
 """
 
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,8 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets import remote_files
 from pipeline.datasets.publish import s3_store
 from pipeline.datasets.segments import INFO_NAME, ZARR_NAME, tree_digest
-from pipeline.storage.cache import CacheItem, ObjectCache, Pins, sha256_file
-from pipeline.storage.durable import write_bytes_atomically
+from pipeline.storage.cache import CacheItem, ObjectCache, Pins, sha256_file, write_unsynced
+from pipeline.storage.s3 import S3_CONCURRENCY
 from pipeline.storage.urls import join, split_s3_url
 
 # An estimate of a leaf index's size for making room before it is downloaded (its exact
@@ -64,23 +66,39 @@ def _tree_is(expected: str):
     return lambda path: tree_digest(path)[1] == expected
 
 
-def _file_item(remote: str, root: Path, rel: str, size: int, check) -> CacheItem:
-    return CacheItem(root / rel, ((join(remote, rel), ""),), size, check)
+def _file_item(remote: str, root: Path, rel: str, size: int, sha256: str) -> CacheItem:
+    return CacheItem(root / rel, ((join(remote, rel), ""),), size, _sha_is(sha256), sha256)
 
 
-def _segment_item(remote: str, root: Path, seg: dict, fmt: str) -> CacheItem:
-    rel = seg["path"]
+def _zarr_names(remote: str, seg: dict) -> list[str]:
+    """A zarr group is many files: their names come from a LIST."""
+    prefix = join(remote, seg["path"])
+    names = [url[len(prefix) + 1 :] for url in s3_store().list(prefix)]
+    return [name for name in names if name.startswith(f"{ZARR_NAME}/")]
+
+
+def _segment_items(remote: str, root: Path, segments: list[dict], fmt: str) -> list[CacheItem]:
     if fmt == "npy":
-        names = ["x.npy", "y.npy"]
-    else:  # a zarr group is many files: their names come from a LIST
-        prefix = join(remote, rel)
-        names = [
-            url[len(prefix) + 1 :]
-            for url in s3_store().list(prefix)
-            if url[len(prefix) + 1 :].startswith(f"{ZARR_NAME}/")
-        ]
-    files = tuple((join(remote, rel, name), name) for name in names if name != INFO_NAME)
-    return CacheItem(root / rel, files, int(seg.get("size_bytes") or 0), _tree_is(seg["sha256"]))
+        names = [["x.npy", "y.npy"] for _ in segments]
+    else:
+        with ThreadPoolExecutor(min(S3_CONCURRENCY, max(1, len(segments)))) as pool:
+            names = list(pool.map(lambda seg: _zarr_names(remote, seg), segments))
+    items = []
+    for seg, seg_names in zip(segments, names, strict=True):
+        # In tree_digest's order (by path parts), so the cache can hash the files as they
+        # stream in against the sha256 the manifest lists.
+        kept = sorted((n for n in seg_names if n != INFO_NAME), key=lambda n: n.split("/"))
+        files = tuple((join(remote, seg["path"], name), name) for name in kept)
+        items.append(
+            CacheItem(
+                root / seg["path"],
+                files,
+                int(seg.get("size_bytes") or 0),
+                _tree_is(seg["sha256"]),
+                seg["sha256"],
+            )
+        )
+    return items
 
 
 class RemoteMeta:
@@ -106,7 +124,7 @@ class RemoteMeta:
                 root,
                 ch.chunk_relpath(leaf.hash, ch.META_SUFFIX),
                 leaf.bytes,
-                _sha_is(leaf.hash),
+                leaf.hash,
             )
             for leaf in leaves
         }
@@ -117,62 +135,68 @@ class RemoteMeta:
 
 
 def fetch_version(
-    remote: str, dataset: str, version_id: str, *, cache: ObjectCache | None = None
+    remote: str,
+    dataset: str,
+    version_id: str,
+    *,
+    cache: ObjectCache | None = None,
+    manifest: tuple[dict, bytes] | None = None,
 ) -> tuple[Path, Path, Pins, dict]:
     """Fetch what reading ``version_id`` needs into the cache; (its folder there, the data
-    root there, the pins that keep it, the manifest)."""
+    root there, the pins that keep it, the manifest). ``manifest``: the version's manifest
+    and its bytes when the caller read them already (resolving ``latest`` does)."""
     cache = cache or _cache()
     root = local_root(cache, remote)
     rel = mf.version_relpath(dataset, version_id)
-    manifest, raw = remote_files.read_manifest(remote, dataset, version_id)
+    manifest, raw = manifest or remote_files.read_manifest(remote, dataset, version_id)
     folder = root / rel
     path = folder / mf.MANIFEST
     try:
         same = hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(raw).digest()
     except FileNotFoundError:
         same = False
-    if not same:
-        write_bytes_atomically(path, raw)
-    items: list[CacheItem] = []
-    pins = Pins()
-    try:
-        if manifest["format_version"] >= 2:
-            section = manifest["chunks"]
-            nodes = [
-                _file_item(
-                    remote, root, ch.chunk_relpath(n["hash"], ch.NODE_SUFFIX), 0, _sha_is(n["hash"])
-                )
-                for n in section["nodes"]
-            ]
-            for fd in _fds(cache.fetch(nodes)):
-                pins.add(fd)
-            for leaf in ch.walk_leaves(root, section):
-                size = _IDX_HEADER_BYTES + _IDX_BYTES_PER_SAMPLE * leaf.count
-                rel_idx = ch.chunk_relpath(leaf.hash, ch.INDEX_SUFFIX)
-                items.append(_file_item(remote, root, rel_idx, size, _sha_is(leaf.sha256_idx)))
-        else:  # format 1: the index arrays and metadata.jsonl are the version's own files
-            prefix = join(remote, rel)
-            for url, size in sorted(s3_store().list_sizes(prefix).items()):
-                name = url[len(prefix) + 1 :]
-                if name != mf.MANIFEST:
-                    items.append(_file_item(remote, root, f"{rel}/{name}", size, _size_is(size)))
-        items += [_segment_item(remote, root, s, manifest["format"]) for s in manifest["segments"]]
-        for fd in _fds(cache.fetch(items)):
-            pins.add(fd)
-    except BaseException:
+    if not same:  # compared with the GET on every open: a torn copy is only written again
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_unsynced(path, raw)
+    items = _segment_items(remote, root, manifest["segments"], manifest["format"])
+    if manifest["format_version"] < 2:  # the index arrays and metadata.jsonl: the folder's own
+        prefix = join(remote, rel)
+        for url, size in sorted(s3_store().list_sizes(prefix).items()):
+            name = url[len(prefix) + 1 :]
+            if name != mf.MANIFEST:
+                items.append(CacheItem(root / rel / name, ((url, ""),), size, _size_is(size)))
+        return folder, root, cache.fetch(items), manifest
+    section = manifest["chunks"]
+    nodes = {}
+    for n in section["nodes"]:
+        rel_node = ch.chunk_relpath(n["hash"], ch.NODE_SUFFIX)
+        nodes[root / rel_node] = n["hash"]
+        items.insert(0, _file_item(remote, root, rel_node, 0, n["hash"]))
+    leaves: list[int] = []
+
+    def leaf_indexes(item: CacheItem) -> list[CacheItem]:
+        """A chunk node, once there, names its leaves' indexes (the same pass fetches them)."""
+        if item.path not in nodes:
+            return []
+        out = []
+        for leaf in ch.read_node(root, nodes[item.path]):
+            size = _IDX_HEADER_BYTES + _IDX_BYTES_PER_SAMPLE * leaf.count
+            rel_idx = ch.chunk_relpath(leaf.hash, ch.INDEX_SUFFIX)
+            out.append(_file_item(remote, root, rel_idx, size, leaf.sha256_idx))
+            leaves.append(leaf.count)
+        return out
+
+    pins = cache.fetch(items, then=leaf_indexes)
+    if len(leaves) != section["leaves"]:
         pins.close()
-        raise
+        raise ch.ChunkError(
+            f"the chunk tree has {len(leaves)} leaves, its manifest {section['leaves']}"
+        )
     return folder, root, pins, manifest
 
 
 def _size_is(size: int):
     return lambda path: path.stat().st_size == size
-
-
-def _fds(pins: Pins) -> list[int]:
-    """Move the descriptors out of ``pins`` (so one Pins holds a version's every item)."""
-    fds, pins._fds = pins._fds, []
-    return fds
 
 
 def open_remote(remote: str, name: str, version: str, *, store: Any | None = None) -> Any:
@@ -181,17 +205,20 @@ def open_remote(remote: str, name: str, version: str, *, store: Any | None = Non
     from pipeline.datasets.reader import VersionReader
     from pipeline.settings import get_settings
 
+    known = None  # the manifest and its bytes, when resolving read them
     if store is not None:
         from pipeline.datasets.queries import resolve_version
 
         version_id = resolve_version(version, dataset=name, store=store)["version_id"]
     else:
-        from pipeline.datasets.refs import resolve_on_s3
+        from pipeline.datasets.refs import locate_on_s3
 
-        version_id = resolve_on_s3(remote, name, version)
+        version_id, known = locate_on_s3(remote, name, version)
     s = get_settings()
     cache = _cache()
-    folder, root, pins, manifest = fetch_version(remote, name, version_id, cache=cache)
+    folder, root, pins, manifest = fetch_version(
+        remote, name, version_id, cache=cache, manifest=known
+    )
     reader = VersionReader(folder, root)
     reader.cache_downloads = cache.downloaded  # objects this open downloaded (0: warm)
     reader._keep = (pins,)

@@ -6,12 +6,16 @@ Layout under the cache folder (``LAKETRAIN_CACHE_DIR``):
 - ``objects/<bucket>/<key>``: the objects, at their keys, so that a tree of them reads like
   the remote prefix (a reader memory-maps them there). Only immutable, content-addressed
   objects are cached: their keys are their identity, so a key never changes bytes.
-- ``state/<h>.json``: one per ITEM (a file, or a folder fetched as a unit, e.g. a segment),
-  written once its bytes were checked: its size and each file's (size, mtime_ns, ctime_ns,
-  inode). Its mtime is the item's last use, the LRU order.
-- ``locks/<h>.lock``: one per item. A reader holds it SHARED for as long as it may read the
-  item (a *pin*), a fetcher EXCLUSIVE while it writes, an evictor EXCLUSIVE, without waiting,
-  before it deletes: so an item in use is never evicted, and an item is never read half-written.
+- ``locks/<h>.lock``: one per ITEM (a file, or a folder fetched as a unit, e.g. a segment).
+  Its flock: a reader holds it SHARED for as long as it may read the item (a *pin*), a
+  fetcher EXCLUSIVE while it writes, an evictor EXCLUSIVE, without waiting, before it
+  deletes: so an item in use is never evicted, and an item is never read half-written. Its
+  bytes: the item's *state*, written once the item's bytes were checked (its size and each
+  file's (size, mtime_ns, ctime_ns, inode)), emptied before it is deleted. Its mtime is the
+  item's last use, the LRU order. State and lock share one file because creating a file is
+  the dearest step of a cold open on some disks (1 ms each on the CI machine's ext4, where a
+  cold open of a 3,000-sample version created ~190 files and folders): a state file beside
+  the lock, written by temp + rename, cost two more creations per item.
 - ``fetch.lock``: held exclusively while a process fetches what it lacks (and evicts for it),
   so two processes opening the same version at once download it once, and the size bound is
   checked against what is really there.
@@ -20,9 +24,10 @@ An item whose files still have the (size, mtime_ns, ctime_ns, inode) recorded wh
 were checked is used as is (a warm open hashes nothing: reads are exactly local reads); any
 other is checked again, and an item whose bytes do not match (a corrupted or truncated cached
 object) is deleted and fetched again. Downloads go to a temp name, are checked, then renamed
-into place. What does not fit in ``max_bytes`` evicts the least recently used unpinned items;
-a request larger than the bound, or one that the pinned items leave no room for, is an error
-that says so (the bound is never silently exceeded).
+into place (``cache_fetch.py``: one fetch is one pass, which may grow as items arrive). What
+does not fit in ``max_bytes`` evicts the least recently used unpinned items; a request larger
+than the bound, or one that the pinned items leave no room for, is an error that says so (the
+bound is never silently exceeded).
 
 Ideas from mosaicml/streaming (``download.py``, ``eviction.py``); the code is laketrain's.
 """
@@ -36,8 +41,8 @@ import logging
 import os
 import secrets
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +54,14 @@ from pipeline.storage.urls import split_s3_url
 log = logging.getLogger("pipeline.storage.cache")
 
 FETCH_THREADS = 8
-# Items below this size are fetched with one GET each (``read_bytes``), not with boto3's
-# download_file, which sends a HEAD first and sets up a transfer: for the many small chunk
-# files of a version that doubled the requests and cost 3x the time (bench/s3_read.py).
-SMALL_ITEM_BYTES = 8 * 2**20
-_STATE_FORMAT = 1
+# Items up to this size stream through one GET per file (``get_stream``), hashed on the way;
+# boto3's download_file sends a HEAD first and sets up a transfer (for the many small chunk
+# files of a version that doubled the requests and cost 3x the time, bench/s3_read.py). Above
+# it, download_file's parallel ranged GETs pay, and the item is hashed once it is written.
+STREAM_ITEM_BYTES = 64 * 2**20
+# 2: the state in the lock file. A cache of format 1 (``state/<h>.json``) is emptied once
+# (``_retire_format_1``): its objects would otherwise sit outside the bound.
+_STATE_FORMAT = 2
 
 
 class CacheError(StorageError):
@@ -64,12 +72,17 @@ class CacheError(StorageError):
 class CacheItem:
     """One unit of the cache: ``path`` (a file, or a folder for several ``files``) filled from
     ``files`` = ((url, path relative to ``path``, "" for the file itself), ...), ``size`` bytes
-    in all, whose bytes are right when ``check(local_path)`` says so (a checksum)."""
+    in all, whose bytes are right when ``check(local_path)`` says so (a checksum).
+
+    ``sha256``, when given, is what ``check`` computes, so a download is checked as it streams
+    in: the sha256 over ``files`` in their order, each file's relative name and a NUL (none for
+    the file itself) then its bytes. ``check`` still judges a copy found on disk."""
 
     path: Path
     files: tuple[tuple[str, str], ...]
     size: int
     check: Callable[[Path], bool]
+    sha256: str | None = None
 
 
 class Pins:
@@ -117,10 +130,11 @@ def _stat_key(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _replace_unsynced(path: Path, data: bytes) -> None:
-    """Temp file + rename, no fsync: a cache entry lost or torn by a power cut is only
-    checked again (its stat no longer matches), so durability would buy nothing here, and a
-    pair of fsyncs per object made a cold open of many small chunk files twice as slow."""
+def write_unsynced(path: Path, data: bytes) -> None:
+    """Temp file + rename, no fsync, for what lives in the cache: an entry lost or torn by a
+    power cut is only checked again (its stat, or the bytes it is compared with, no longer
+    match), so durability would buy nothing here, and a pair of fsyncs per object made a cold
+    open of many small chunk files twice as slow (on a busy disk one fsync can take 100 ms)."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
@@ -147,11 +161,25 @@ class ObjectCache:
         self.store = store
         self.threads = max(1, threads)
         self.objects = self.root / "objects"
-        self._state = self.root / "state"
         self._locks = self.root / "locks"
-        for folder in (self.objects, self._state, self._locks):
+        for folder in (self.objects, self._locks):
             folder.mkdir(parents=True, exist_ok=True)
+        if (self.root / "state").is_dir():
+            self._retire_format_1()
         self.downloaded = 0  # objects this instance downloaded (tests, benchmarks)
+        self._count_lock = threading.Lock()
+
+    def _retire_format_1(self) -> None:
+        """Empty a cache written by a laketrain that kept states in ``state/`` (under
+        fetch.lock, so no fetch of this format runs meanwhile; ``state/`` goes last, so an
+        interrupted retirement is done again)."""
+        with self._fetch_lock():
+            if not (self.root / "state").is_dir():
+                return
+            log.info("cache at %s: an older cache format, emptied", self.root)
+            for child in list(self.objects.iterdir()):
+                _remove(child)
+            _remove(self.root / "state")
 
     # ---- names ------------------------------------------------------------------------------
 
@@ -166,9 +194,6 @@ class ObjectCache:
         rel = item.path.relative_to(self.objects).as_posix()
         return hashlib.sha1(rel.encode()).hexdigest()  # noqa: S324 - a file name, not security
 
-    def _state_path(self, item: CacheItem) -> Path:
-        return self._state / f"{self._name(item)}.json"
-
     def _lock_path(self, item: CacheItem) -> Path:
         return self._locks / f"{self._name(item)}.lock"
 
@@ -180,14 +205,10 @@ class ObjectCache:
     def _local_files(self, item: CacheItem) -> list[tuple[str, Path]]:
         return [(rel, item.path / rel if rel else item.path) for _url, rel in item.files]
 
-    def _read_state(self, item: CacheItem) -> dict | None:
-        try:
-            state = json.loads(self._state_path(item).read_bytes())
-        except (FileNotFoundError, ValueError):
-            return None
-        return state if isinstance(state, dict) and state.get("format") == _STATE_FORMAT else None
-
-    def _write_state(self, item: CacheItem) -> None:
+    def _write_state(self, item: CacheItem, fd: int) -> None:
+        """Record ``item``'s state in its lock file ``fd`` (held, shared or exclusive). Not
+        atomic, and needs not be: a torn state does not parse, so the item is only checked
+        again; two holders of a shared lock write the same bytes."""
         files = {rel: _stat_key(path) for rel, path in self._local_files(item)}
         state = {
             "format": _STATE_FORMAT,
@@ -195,12 +216,14 @@ class ObjectCache:
             "size": sum(v[0] for v in files.values()),
             "files": files,
         }
-        _replace_unsynced(self._state_path(item), json.dumps(state, sort_keys=True).encode())
+        data = json.dumps(state, sort_keys=True).encode()
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
 
-    def _valid(self, item: CacheItem) -> bool:
-        """Whether the cached copy is there and right: unchanged since it was checked (stat),
-        or checked again now."""
-        state = self._read_state(item)
+    def _valid(self, item: CacheItem, fd: int) -> bool:
+        """Whether the cached copy is there and right (``fd``: its lock file, held): unchanged
+        since it was checked (stat), or checked again now."""
+        state = _read_state(fd)
         try:
             if state is not None and all(
                 state["files"].get(rel) == _stat_key(path) for rel, path in self._local_files(item)
@@ -209,7 +232,7 @@ class ObjectCache:
             if not all(path.is_file() for _rel, path in self._local_files(item)):
                 return False
             if item.check(item.path):
-                self._write_state(item)  # e.g. copied in, or touched: right bytes all the same
+                self._write_state(item, fd)  # e.g. copied in, or touched: right all the same
                 return True
         except OSError:
             return False
@@ -227,136 +250,60 @@ class ObjectCache:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def fetch(self, items: Iterable[CacheItem]) -> Pins:
-        """Make every item present and checked, pinned until the returned Pins are closed."""
-        items = list(items)
-        total = sum(i.size for i in items)
-        if total > self.max_bytes:
-            raise CacheError(
-                f"the objects asked for need {_mb(total)} MB, more than the cache holds "
-                f"(LAKETRAIN_CACHE_MB={_mb(self.max_bytes)} at {self.root}); raise it"
-            )
-        pins = Pins()
-        missing: list[CacheItem] = []
-        try:
-            for item in items:
-                fd = self._open_lock(item)
-                fcntl.flock(fd, fcntl.LOCK_SH)  # waits for a writer of this item to finish
-                if self._valid(item):
-                    pins.add(fd)
-                    self._touch(item)
-                else:
-                    os.close(fd)
-                    missing.append(item)
-            if missing:
-                with self._fetch_lock():
-                    self._fetch_missing(missing, pins, keep={i.path for i in items})
-        except BaseException:
-            pins.close()
-            raise
-        return pins
+    def fetch(
+        self,
+        items: Iterable[CacheItem],
+        *,
+        then: Callable[[CacheItem], Iterable[CacheItem]] | None = None,
+    ) -> Pins:
+        """Make every item present and checked, pinned until the returned Pins are closed.
 
-    def _fetch_missing(self, missing: list[CacheItem], pins: Pins, keep: set[Path]) -> None:
-        # Under fetch.lock: another process may have fetched some while this one waited.
-        todo = []
-        for item in missing:
-            fd = self._open_lock(item)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if self._valid(item):
-                fcntl.flock(fd, fcntl.LOCK_SH)
-                pins.add(fd)
-                self._touch(item)
-            else:
-                # Not there, or damaged: out of the count before the room is made for it.
-                self._state_path(item).unlink(missing_ok=True)
-                _remove(item.path)
-                todo.append((item, fd))
-        if not todo:
-            return
-        try:
-            self._make_room(sum(i.size for i, _ in todo), keep)
-            with ThreadPoolExecutor(min(self.threads, len(todo))) as pool:
-                list(pool.map(lambda pair: self._download(pair[0]), todo))
-        except BaseException:
-            for _item, fd in todo:
-                os.close(fd)
-            raise
-        for _item, fd in todo:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # written: from now on a pin like any other
-            pins.add(fd)
+        ``then(item)``, called once an item is present and checked, may name more items for
+        the same pass: they are fetched beside what is still downloading, not after it."""
+        from pipeline.storage.cache_fetch import FetchPass  # it builds on this module's names
 
-    def _download(self, item: CacheItem) -> None:
-        """Download ``item`` beside its place under a temp name, check it, rename it into
-        place; a copy that fails its check is downloaded once more, then it is an error."""
-        final = item.path
-        final.parent.mkdir(parents=True, exist_ok=True)
-        for stale in final.parent.glob(f".dl-{final.name}-*"):
-            _remove(stale)  # a download killed midway (we hold the item's lock)
-        for attempt in (1, 2):
-            tmp = final.parent / f".dl-{final.name}-{secrets.token_hex(4)}"
-            try:
-                small = item.size < SMALL_ITEM_BYTES and hasattr(self.store, "read_bytes")
-                for url, rel in item.files:
-                    local = tmp / rel if rel else tmp
-                    if small:
-                        local.parent.mkdir(parents=True, exist_ok=True)
-                        local.write_bytes(self.store.read_bytes(url))
-                    else:
-                        self.store.get_file(url, local)
-                    self.downloaded += 1
-                if item.check(tmp):
-                    _remove(final)  # an old copy that failed its check
-                    os.rename(tmp, final)
-                    self._write_state(item)
-                    self._touch(item)
-                    return
-            finally:
-                if tmp.exists():
-                    _remove(tmp)
-            log.warning(
-                "downloaded %s does not match its checksum (attempt %d/2)",
-                item.files[0][0],
-                attempt,
-            )
-        raise CacheError(
-            f"{item.files[0][0]}: the downloaded bytes do not match the checksum the version "
-            "lists, twice; the object on the server is damaged"
-        )
+        return FetchPass(self, then).run(list(items))
 
-    def _touch(self, item: CacheItem) -> None:
-        try:
-            os.utime(self._state_path(item))
-        except FileNotFoundError:
-            pass
+    def _count(self) -> None:
+        with self._count_lock:  # downloads run in threads; tests count them exactly
+            self.downloaded += 1
+
+    @staticmethod
+    def _touch(fd: int) -> None:
+        os.utime(fd)  # the lock file's mtime: the item's last use
 
     # ---- the bound --------------------------------------------------------------------------
 
     def _states(self) -> list[tuple[float, Path, dict]]:
+        """(last use, lock file, state) of every checked item, least recently used first."""
         out = []
-        for path in self._state.glob("*.json"):
+        for path in self._locks.glob("*.lock"):
             try:
-                state = json.loads(path.read_bytes())
-                out.append((path.stat().st_mtime, path, state))
-            except (OSError, ValueError):
+                with open(path, "rb") as fh:
+                    state = _parse_state(fh.read())
+                    mtime = os.fstat(fh.fileno()).st_mtime
+            except OSError:
                 continue
+            if state is not None:
+                out.append((mtime, path, state))
         return sorted(out, key=lambda t: t[0])
 
     def used_bytes(self) -> int:
         """Bytes of every checked item in the cache (what the bound counts)."""
         return sum(int(s.get("size", 0)) for _t, _p, s in self._states())
 
-    def _make_room(self, incoming: int, keep: set[Path]) -> None:
-        """Evict least recently used, unpinned items until ``incoming`` more bytes fit."""
+    def _make_room(self, incoming: int, keep: set[Path]) -> int:
+        """Evict least recently used, unpinned items until ``incoming`` more bytes fit; the
+        bytes the checked items hold then (without ``incoming``)."""
         states = self._states()
         used = sum(int(s.get("size", 0)) for _t, _p, s in states)
         pinned = 0
-        for _mtime, state_path, state in states:
+        for _mtime, lock, state in states:
             if used + incoming <= self.max_bytes:
-                return
+                return used
             path = self.objects / str(state.get("path", ""))
             if path in keep or path == self.objects:
                 continue
-            lock = self._locks / f"{state_path.stem}.lock"
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 try:
@@ -364,7 +311,7 @@ class ObjectCache:
                 except BlockingIOError:
                     pinned += int(state.get("size", 0))
                     continue  # pinned by an open reader
-                state_path.unlink(missing_ok=True)  # first: a half-removed item is not valid
+                os.ftruncate(fd, 0)  # the state first: a half-removed item is not valid
                 _remove(path)
                 used -= int(state.get("size", 0))
                 log.info("cache: evicted %s (%d bytes)", path, int(state.get("size", 0)))
@@ -376,6 +323,24 @@ class ObjectCache:
                 f"{_mb(used)} MB, {_mb(pinned)} MB of it in use by open readers "
                 f"(LAKETRAIN_CACHE_MB={_mb(self.max_bytes)}); raise it or close other readers"
             )
+        return used
+
+
+def _parse_state(raw: bytes) -> dict | None:
+    try:
+        state = json.loads(raw) if raw else None
+    except ValueError:  # torn by a crash mid-write: the item is checked again
+        return None
+    return state if isinstance(state, dict) and state.get("format") == _STATE_FORMAT else None
+
+
+def _read_state(fd: int) -> dict | None:
+    chunks = []
+    offset = 0
+    while chunk := os.pread(fd, 1 << 16, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return _parse_state(b"".join(chunks))
 
 
 def _mb(n: int) -> str:

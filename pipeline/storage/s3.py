@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +37,9 @@ T = TypeVar("T")
 S3_PART_BYTES = 64 * 1024 * 1024
 S3_CONCURRENCY = 8
 S3_POOL_CONNECTIONS = 32
+# The chunk a streamed GET hands on: large enough that hashing and writing it costs little
+# per call, small enough that a stream holds little memory.
+STREAM_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,22 @@ class S3Store:
             os.replace(tmp, local)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def get_stream(self, url: str, consume: Callable[[Iterator[bytes]], T]) -> T:
+        """GET ``url`` and hand its body, in chunks, to ``consume``; its answer is the answer.
+        One request (``download_file`` sends a HEAD first), and the caller sees every byte as
+        it arrives (the cache hashes while it writes, instead of reading the file again). A
+        retry calls ``consume`` again from the first byte, so it must start afresh each call."""
+        bucket, key = split_s3_url(url)
+
+        def once() -> T:
+            body = self.client.get_object(Bucket=bucket, Key=key)["Body"]
+            try:
+                return consume(body.iter_chunks(STREAM_CHUNK_BYTES))
+            finally:
+                body.close()
+
+        return self._call("read of", url, once)
 
     def list(self, prefix_url: str) -> list[str]:
         bucket, key = split_s3_url(prefix_url)

@@ -262,3 +262,66 @@ def test_process_tasks_and_the_commit_on_different_workers_publish_the_version(
     r = open_version("pets", "latest")
     assert r.version_id == version.version_id
     assert r.get_batch(np.arange(len(r)))[0].shape == (10, 3, 16, 16)
+
+
+def _s3_ops():
+    """Every S3 operation the data root's client sends from now on (op, key)."""
+    from pipeline.datasets.publish import s3_store
+
+    seen: list[tuple[str, str]] = []
+    s3_store().client.meta.events.register(
+        "before-parameter-build.s3",
+        lambda event_name, params=None, **_kw: seen.append(
+            (event_name.rsplit(".", 1)[-1], (params or {}).get("Key", ""))
+        ),
+    )
+    return seen
+
+
+def test_opening_latest_takes_the_head_and_the_manifest_then_one_get_per_object(
+    s3_root, lt_env, store, monkeypatch
+):
+    from pipeline.datasets.build import build
+    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.datasets.dataroot import work_root
+    from pipeline.datasets.reader import open_version
+
+    v = build("pets", workers=1)
+    monkeypatch.delenv("METADATA_DB_URL")  # a training container: DATA_ROOT alone
+    ops = _s3_ops()
+    cold = open_version("pets", "latest")
+    leaves = walk_leaves(work_root(), cold.manifest["chunks"])
+    objects = (
+        len(cold.manifest["chunks"]["nodes"]) + len(leaves) + 2 * len(cold.manifest["segments"])
+    )
+    # No LIST (HEAD names the version, the manifest's GET proves it published), no HEAD
+    # request before a GET, the manifest read once: HEAD, manifest, then each object once.
+    assert [op for op, _key in ops] == ["GetObject"] * (2 + objects), ops
+    assert ops[0][1].endswith("/pets/HEAD") and ops[1][1].endswith(f"{v.version_id}/manifest.json")
+    assert len({key for _op, key in ops}) == len(ops)
+    assert cold.cache_downloads == objects
+    del cold
+    ops.clear()
+    warm = open_version("pets", "latest")
+    assert [op for op, _key in ops] == ["GetObject", "GetObject"] and warm.cache_downloads == 0
+
+
+def test_a_head_naming_an_unpublished_version_is_an_error_naming_it(
+    s3_root, lt_env, store, moto_server, monkeypatch
+):
+    import json as _json
+
+    from pipeline.datasets.build import build
+    from pipeline.datasets.manifest import VersionNotFound
+    from pipeline.datasets.reader import open_version
+
+    build("pets", workers=1)
+    monkeypatch.delenv("METADATA_DB_URL")
+    key = "data/datasets/pets/HEAD"
+    head = _json.loads(
+        moto_server.client.get_object(Bucket=moto_server.bucket, Key=key)["Body"].read()
+    )
+    head["version_id"] = "ab" * 32  # a well-formed id no manifest exists for
+    moto_server.client.put_object(Bucket=moto_server.bucket, Key=key, Body=_json.dumps(head))
+    with pytest.raises(VersionNotFound, match=r"names version (ab)+, which is not published"):
+        open_version("pets", "latest")

@@ -150,3 +150,108 @@ def test_two_processes_fetching_the_same_objects_at_once_download_them_once(moto
         assert p.returncode == 0, err
     counts = sorted(int(out.split()[-1]) for out, _ in outs)
     assert sum(counts) == 6, counts  # each object downloaded exactly once, by one of them
+
+
+def _ops(store: S3Store) -> list[str]:
+    """Every S3 operation ``store``'s client sends from now on."""
+    seen: list[str] = []
+    store.client.meta.events.register(
+        "before-call.s3", lambda event_name, **_kw: seen.append(event_name.rsplit(".", 1)[-1])
+    )
+    return seen
+
+
+def test_a_streamed_item_takes_one_get_and_is_checked_as_it_arrives(moto_server, tmp_path):
+    store = S3Store()
+    cache = ObjectCache(tmp_path / "c", 10**7, store)
+    data = os.urandom(3 * 2**20 + 17)  # several stream chunks
+    url = _put(moto_server, "p/obj/big.bin", data)
+
+    def never(_path):
+        raise AssertionError("a streamed item must not be read back to be checked")
+
+    item = CacheItem(
+        cache.path_of(url), ((url, ""),), len(data), never, hashlib.sha256(data).hexdigest()
+    )
+    ops = _ops(store)
+    cache.fetch([item]).close()
+    assert ops == ["GetObject"]  # no HEAD first, no ranged parts
+    assert cache.path_of(url).read_bytes() == data
+    # A wrong sha256 is caught from the stream itself: an error, nothing left in place.
+    bad = CacheItem(cache.path_of(f"{url}2"), ((url, ""),), len(data), never, "0" * 64)
+    with pytest.raises(CacheError, match=r"do not match the checksum"):
+        cache.fetch([bad])
+    assert not bad.path.exists()
+
+
+def test_a_folder_item_streams_its_files_under_one_digest_of_names_and_bytes(moto_server, tmp_path):
+    cache = ObjectCache(tmp_path / "c", 10**6, S3Store())
+    files = {"a.npy": os.urandom(5000), "sub/b.bin": os.urandom(7000)}
+    urls = {name: _put(moto_server, f"p/seg/{name}", body) for name, body in files.items()}
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name])
+    folder = cache.path_of(f"{moto_server.url}/p/seg")
+    item = CacheItem(
+        folder,
+        tuple((urls[n], n) for n in sorted(files)),
+        12000,
+        lambda p: False,  # never asked: the stream's digest decides
+        digest.hexdigest(),
+    )
+    cache.fetch([item]).close()
+    assert {n: (folder / n).read_bytes() for n in files} == files
+    assert cache.downloaded == 2 and cache.used_bytes() == 12000
+
+
+def test_items_that_an_item_names_join_the_same_fetch_and_are_pinned_with_it(moto_server, tmp_path):
+    cache = ObjectCache(tmp_path / "c", 2500, S3Store())
+    blobs = {name: os.urandom(1000) for name in "abc"}
+    items = {n: _item(cache, _put(moto_server, f"p/{n}.bin", d), d) for n, d in blobs.items()}
+    named = []
+
+    def then(item):
+        named.append(item.path.name)
+        return [items["b"]] if item is items["a"] else []
+
+    pins = cache.fetch([items["a"]], then=then)
+    assert len(pins) == 2 and sorted(named) == ["a.bin", "b.bin"]
+    assert items["b"].path.read_bytes() == blobs["b"]
+    # Both are pinned: c does not fit beside them, and neither is evicted for it.
+    with pytest.raises(CacheError, match=r"in use by open readers"):
+        cache.fetch([items["c"]])
+    pins.close()
+    # Warm: the same pass, nothing downloaded, `then` still names b.
+    cache.fetch([items["a"]], then=then).close()
+    assert cache.downloaded == 2
+
+
+def test_a_torn_state_is_checked_again_not_downloaded_again(moto_server, tmp_path):
+    cache = ObjectCache(tmp_path / "c", 10_000, S3Store())
+    data = os.urandom(1000)
+    url = _put(moto_server, "p/obj/a.bin", data)
+    checks = []
+    sha = hashlib.sha256(data).hexdigest()
+    item = CacheItem(
+        cache.path_of(url), ((url, ""),), 1000, lambda p: checks.append(p) or sha256_file(p) == sha
+    )
+    cache.fetch([item]).close()
+    assert checks  # not streamed (no sha256 given): checked once written
+    (lock,) = (tmp_path / "c" / "locks").glob("*.lock")
+    lock.write_bytes(b'{"format": 2, "pa')  # a crash mid-write of the state
+    checks.clear()
+    cache.fetch([item]).close()
+    assert checks and cache.downloaded == 1  # read and hashed again, right: kept
+    assert cache.used_bytes() == 1000  # and counted again
+
+
+def test_a_cache_of_the_older_format_is_emptied_once(moto_server, tmp_path):
+    root = tmp_path / "c"
+    (root / "state").mkdir(parents=True)
+    (root / "state" / "x.json").write_text("{}")
+    old = root / "objects" / "bucket" / "p" / "old.bin"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"x" * 100)  # outside the new format's bound: it must go
+    cache = ObjectCache(root, 10_000, S3Store())
+    assert not old.exists() and not (root / "state").exists()
+    assert cache.used_bytes() == 0
