@@ -195,13 +195,13 @@ def test_report_is_in_the_manifest_and_the_store_and_an_unchanged_rebuild_hashes
     from pipeline.datasets.quality import neardup
 
     calls: list[int] = []
-    real = neardup.perceptual_hash
+    real = neardup._hash_new  # the samples whose hashes (stored by process) are looked up
 
-    def counting(x):
-        calls.append(len(x))
-        return real(x)
+    def counting(data_root, recipe, kind, new):
+        calls.append(len(new))
+        return real(data_root, recipe, kind, new)
 
-    monkeypatch.setattr(neardup, "perceptual_hash", counting)
+    monkeypatch.setattr(neardup, "_hash_new", counting)
     lake = home / "lake" / "photos"
     write_recipe(home, "photos", QUALITY_RECIPE)
     for name in ("coffee", "rocket", "horse"):

@@ -204,6 +204,7 @@ def process(
     else:
         x = np.zeros((0, *[max(d, 0) for d in shape]), dtype=dtype)
     y = np.asarray(ys, dtype=np.int32)
+    _store_near_dup_hashes(recipe, x, entries)
     pause_hook("process_decoded")
     done = [e["md5"] for e in entries] + [e["md5"] for e in invalid]
     if len(done) != len(shard.files):
@@ -289,6 +290,29 @@ def _md5_of(abspath: str) -> str | None:
         return md5_file(abspath)
     except OSError:
         return None
+
+
+# Samples hashed per call: bounds the float64 copies the hash makes (quality/phash.py).
+_HASH_BATCH = 64
+
+
+def _store_near_dup_hashes(recipe, x: np.ndarray, entries: list[dict]) -> None:
+    """Give each image entry its ``phash``: the perceptual hash of its stored sample (its first
+    row), or None when it is unhashable. The commit's near-duplicate step reads them from
+    segment.json (quality/neardup.py) instead of hashing every new sample again in one
+    process after the decode, so the hashing runs here, in parallel, on rows still in memory."""
+    from pipeline.datasets.quality.neardup import kind_of
+    from pipeline.datasets.quality.phash import perceptual_hash
+
+    if not entries or kind_of(recipe) != "image":
+        return
+    rows = np.asarray([e["row"] for e in entries], dtype=np.int64)
+    for i in range(0, len(entries), _HASH_BATCH):
+        hashes, unhashable = perceptual_hash(x[rows[i : i + _HASH_BATCH]])
+        for e, h, skip in zip(
+            entries[i : i + _HASH_BATCH], hashes.tolist(), unhashable.tolist(), strict=True
+        ):
+            e["phash"] = None if skip else h
 
 
 def _stats(rows: list[np.ndarray]) -> dict:

@@ -1,8 +1,8 @@
 """Near-duplicates at commit: hash the NEW samples only, look them up, decide their split.
 
 ``prepare`` runs before the commit assembles its samples: it hashes the stored rows of the
-contents the parent version does not hold (images: phash.perceptual_hash; tables: one exact
-hash per normalised row), adds them to the dataset's index (nearindex.py) and gets back every edge
+contents the parent version does not hold (images: phash.perceptual_hash, which process
+already computed into segment.json; tables: one exact hash per normalised row), adds them to the dataset's index (nearindex.py) and gets back every edge
 the index knows. A new image that is a near-duplicate of contents already in the version
 joins their split (``splits``, handed to assemble as known splits); a group of new contents
 only takes the split of its smallest md5. An existing content's split never changes: a new
@@ -85,13 +85,17 @@ def _hash_new(data_root: Path, recipe, kind: str, new: list) -> tuple[list[str],
     keys: list[str] = []
     parts: list[np.ndarray] = []
     for segment_id, group in sorted(by_segment.items()):
-        x = _segment_x(data_root, recipe, segment_id)
         if kind == "image":
-            rows = np.asarray([ps.row for ps in group], dtype=np.int64)
-            hashes, unhashable = perceptual_hash(_take(x, rows))
+            stored = _stored_hashes(data_root, recipe, segment_id, group)
+            if stored is None:  # a segment written before process hashed its samples
+                x = _segment_x(data_root, recipe, segment_id)
+                rows = np.asarray([ps.row for ps in group], dtype=np.int64)
+                stored = perceptual_hash(_take(x, rows))
+            hashes, unhashable = stored
             parts.append(hashes[~unhashable])  # flat frames would all collide: left out
             keys += [ps.md5 for ps, skip in zip(group, unhashable, strict=True) if not skip]
         else:
+            x = _segment_x(data_root, recipe, segment_id)
             rows = np.concatenate(
                 [np.arange(ps.row, ps.row + ps.n_rows, dtype=np.int64) for ps in group]
             )
@@ -99,6 +103,25 @@ def _hash_new(data_root: Path, recipe, kind: str, new: list) -> tuple[list[str],
             keys += [f"{ps.md5}:{k}" for ps in group for k in range(ps.n_rows)]
     hashes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
     return keys, hashes
+
+
+def _stored_hashes(
+    data_root: Path, recipe, segment_id: str, group: list
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(hashes, unhashable) of ``group`` as process stored them in segment.json (each entry's
+    ``phash``: perceptual_hash of its sample, None when unhashable), or None when the segment
+    has none (written by an older process)."""
+    from pipeline.datasets.segments import read_info, segment_relpath
+
+    info = read_info(Path(data_root) / segment_relpath(recipe.recipe_hash, segment_id))
+    by_md5 = {e["md5"]: e for e in info["entries"]}
+    try:
+        values = [by_md5[ps.md5]["phash"] for ps in group]
+    except KeyError:
+        return None
+    unhashable = np.asarray([v is None for v in values], dtype=bool)
+    hashes = np.asarray([0 if v is None else v for v in values], dtype=np.uint64)
+    return hashes, unhashable
 
 
 def _segment_x(data_root: Path, recipe, segment_id: str):
