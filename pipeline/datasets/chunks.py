@@ -301,13 +301,18 @@ def entries_of(samples: Sequence[SampleLike]) -> list[dict]:
 
 
 def _cuts(
-    samples: Sequence[SampleLike], parent: Sequence[tuple[LeafRef, bytes]] | None
+    samples: Sequence[SampleLike],
+    parent: Sequence[tuple[LeafRef, bytes]] | None,
+    settled: dict[str, bytes] | None = None,
 ) -> list[tuple[int, int, str, int, LeafRef | None]]:
     """(start, stop, hash, size, the parent's leaf when it is one) of each leaf, by
     leaf_bounds' rule. Walking from a cut, a sample that begins one of the parent's leaves
     offers that leaf: if the next ``count`` samples format to its very bytes and a cut follows
     them, it is that leaf (same bytes: same keys, so no cut inside it, as in the parent), and
-    its samples' keys need no hash. Anywhere else the rule runs sample by sample. Either way
+    its samples' keys need no hash. A leaf in ``settled`` (hash -> key of its last sample: the
+    commit knows no sample in its path range changed since the parent, build/changes.py) needs
+    no formatting either: its first and last keys in place and the cut after it suffice.
+    Anywhere else the rule runs sample by sample. Either way
     every cut is the one leaf_bounds makes: the result is byte-identical to chunking from
     scratch, which tests/datasets/test_chunks_reuse.py checks on random edits."""
     offered = {key: leaf for leaf, key in parent or ()}
@@ -318,6 +323,15 @@ def _cuts(
         leaf = offered.get(sample_key(samples[start])) if offered else None
         if leaf is not None and start + leaf.count <= n:
             stop = start + leaf.count
+            last = settled.get(leaf.hash) if settled else None
+            if (
+                last is not None
+                and sample_key(samples[stop - 1]) == last
+                and _cut_at(samples, start, stop - 1)
+            ):
+                out.append((start, stop, leaf.hash, leaf.bytes, leaf))
+                start = stop
+                continue
             meta = meta_bytes(samples[start:stop])
             if (
                 len(meta) == leaf.bytes
@@ -340,17 +354,18 @@ def write_tree(
     *,
     known: Callable[[list[str]], dict[str, str]] | None = None,
     parent: Sequence[tuple[LeafRef, bytes]] | None = None,
+    settled: dict[str, bytes] | None = None,
 ) -> Tree:
     """Cut ``samples`` into leaves and nodes and write the chunk files that do not exist yet.
     ``known`` maps leaf hashes to the sha256 of their .idx for the leaves the store already
     holds (their entries are recorded, their .idx need not be rebuilt); the others come back in
     ``new_leaves`` with their entries. ``parent`` (the parent version's leaves, each with the
     key of its first sample) lets an unchanged run of samples take the parent's leaves without
-    hashing its keys (``_cuts``). Call under the segments guard (gc must not drop a reused
+    hashing its keys, and a ``settled`` one without formatting them (``_cuts``). Call under the segments guard (gc must not drop a reused
     chunk before the version that references it is recorded)."""
     # Pass 1: the leaves' names. Their bytes are not kept: a million samples make ~200 MB of
     # metadata, and only the new leaves' bytes are needed again (pass 2 formats them again).
-    cuts = _cuts(samples, parent)
+    cuts = _cuts(samples, parent, settled)
     fresh = [c[2] for c in cuts if c[4] is None]
     have = known(fresh) if known is not None and fresh else {}
     leaves: list[LeafRef] = []

@@ -40,7 +40,7 @@ def test_a_no_change_rebuild_stops_before_reading_every_file(store, home, monkey
     # (the id is the md5/label/split list), and the head's mark moves past it.
     path = home / "lake" / "pets" / "cat" / "000.jpg"
     st = path.stat()
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))
     assert run_build("pets", workers=1, store=store).version is None
     with monkeypatch.context() as m:
         _no_full_reads(m)
@@ -134,3 +134,80 @@ def _recipe_hash() -> str:
     from pipeline.datasets.recipes import load_recipe
 
     return load_recipe("pets").recipe_hash
+
+
+def test_an_incremental_version_is_the_version_the_same_lake_gives_from_scratch(
+    store, home, tmp_path, monkeypatch
+):
+    """The head's leaves that no changed path falls in are taken without formatting a line
+    (changes.affected_paths, chunks' ``settled``); the version is still exactly the one the
+    lake gives from scratch: the same version_id as a build in a fresh store and data root,
+    and the very leaves a from-scratch assembly and chunking of the same store cuts. The edits
+    include the cases the shortcut must catch: a new first path of an existing content (the
+    old first path becomes a duplicate), a deleted first path (its duplicate becomes first),
+    a touch (only the metadata line changes), other bytes at a path."""
+    import shutil
+
+    from pipeline.datasets import chunks
+    from pipeline.datasets.build import build, chunkrows, committing
+    from pipeline.datasets.build.assemble import _assemble
+    from pipeline.datasets.build.planning import _current_files
+    from pipeline.datasets.manifest import version_id_for
+    from pipeline.datasets.recipes import load_recipe, load_sidecar
+    from pipeline.datasets.version_rows import leaf_hashes
+    from pipeline.settings import get_settings
+
+    lake = home / "lake"
+    # owl: no edit of its own; fox: none at all (its leaves are taken as they are).
+    image_lake(home, per_class=150, classes=("cat", "dog", "owl", "fox"))
+    shutil.copy2(lake / "pets/cat/010.jpg", lake / "pets/owl/zdup.jpg")  # a duplicate pair
+    build("pets", workers=1, store=store)
+    for k in range(3):
+        write_jpeg(lake / f"pets/cat/zz{k}.jpg", seed=40_000 + k)
+        write_jpeg(lake / f"pets/dog/zz{k}.jpg", seed=41_000 + k)
+    shutil.copy2(lake / "pets/owl/075.jpg", lake / "pets/cat/dup.jpg")  # now its first path
+    (lake / "pets/cat/010.jpg").unlink()  # owl/zdup.jpg is its content's first path now
+    write_jpeg(lake / "pets/cat/050.jpg", seed=42_000)  # other bytes
+    st = (lake / "pets/dog/120.jpg").stat()
+    os.utime(lake / "pets/dog/120.jpg", ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))
+
+    settled: list[dict] = []
+    real = chunkrows.settled_leaves
+
+    def spy(*a, **k):
+        settled.append(real(*a, **k))
+        return settled[-1]
+
+    monkeypatch.setattr(committing, "settled_leaves", spy)
+    v2 = build("pets", workers=1, store=store)
+    assert v2 is not None and settled and len(settled[0]) > 0
+
+    recipe = load_recipe("pets")
+    with store.session() as session:
+        files, processed = _current_files(session, "pets", recipe.recipe_hash)
+        leaves = leaf_hashes(session, v2.version_id)
+    samples, _invalid = _assemble(recipe, files, processed, load_sidecar(lake / "pets", recipe))
+    fresh = chunks.write_tree(tmp_path / "fresh", samples)
+    assert [leaf.hash for leaf in fresh.leaves] == leaves
+    assert (
+        version_id_for("pets", recipe.recipe_hash, [(s.md5, s.label, s.split) for s in samples])
+        == v2.version_id
+    )
+    flags = {s.path: s.duplicate for s in samples}
+    assert flags["pets/cat/dup.jpg"] is False and flags["pets/owl/075.jpg"] is True
+    assert flags["pets/owl/zdup.jpg"] is False
+
+    # A build of the same lake in a fresh store and data root: the same version id.
+    from pipeline.metadata.store import MetadataStore
+
+    other = tmp_path / "other"
+    monkeypatch.setenv("DATA_ROOT", str(other / "data"))
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    monkeypatch.setenv("METADATA_DB_URL", url)
+    get_settings.cache_clear()
+    fresh_store = MetadataStore(url)
+    try:
+        v3 = build("pets", workers=1, store=fresh_store)
+        assert v3.version_id == v2.version_id
+    finally:
+        fresh_store.dispose()

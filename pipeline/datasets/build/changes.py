@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from pipeline.datasets.version_rows import paths_in
 from pipeline.metadata.datasets import DatasetLedgerMark
 from pipeline.metadata.driver import driver_rows
 from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK
@@ -45,16 +46,16 @@ def watermark(session: Session, dataset: str) -> int:
     return int(rows[0][0] or 0) if rows else 0
 
 
-def pending_paths(files: list[tuple], processed: dict, recipe) -> list[str]:
-    """The paths of ``files`` (_current_files' rows) an assembly leaves out for want of a
-    processed sample (the rule of check_counted_on and _assemble)."""
+def pending_rows(files: list[tuple], processed: dict, recipe) -> list[tuple]:
+    """The rows of ``files`` (_current_files') an assembly leaves out for want of a processed
+    sample (the rule of check_counted_on and _assemble): the version's pending files."""
     return [
-        path
-        for path, md5, _size, _mtime, status, _error in files
-        if md5 is not None
-        and status in (STATUS_OK, STATUS_INVALID)
-        and md5 not in processed
-        and not recipe.is_sidecar(path)
+        row
+        for row in files
+        if row[1] is not None
+        and row[4] in (STATUS_OK, STATUS_INVALID)
+        and row[1] not in processed
+        and not recipe.is_sidecar(row[0])
     ]
 
 
@@ -160,6 +161,22 @@ class Since:
             (recipe_hash, self.version_id),
         )
         return [r[0] for r in rows]
+
+    def affected_paths(self, session: Session, dataset: str, samples) -> list[str]:
+        """The sorted paths whose samples may differ from the head's (``exact`` heads only):
+        the changed and pending paths, and every path of a content one of them had or has
+        (a content's first path decides its split and which paths are duplicates). Every other
+        sample is the head's, byte for byte: its ledger row, its content's processed row and
+        its split are the head's."""
+        changed = self.changed(session, dataset)
+        paths = {row[0] for row in changed} | set(self.pending)
+        md5s = {row[1] for row in changed if row[1] is not None}
+        md5s |= {row[1] for row in self.pending_rows(session) if row[1] is not None}
+        before = paths_in(session, self.version_id, sorted(paths))
+        md5s |= {value[0] for value in before.values() if value[0] is not None}
+        if md5s:
+            paths.update(s.path for s in samples if s.md5 in md5s)
+        return sorted(paths)
 
     def unchanged(self, session: Session, dataset: str, recipe_hash: str) -> list[tuple] | None:
         """The head's pending rows when the lake holds exactly the head's content (no row

@@ -5,6 +5,7 @@ nothing else: its entries are already recorded."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -85,6 +86,37 @@ def leaf_keys(session: Session, data_root: Path, manifest: dict) -> list[tuple[L
         ):
             first[h] = sample_key(_Key(path, line, int(copy or 0)))
     return [(leaf, first[leaf.hash]) for leaf in leaves if leaf.hash in first]
+
+
+def settled_leaves(
+    session: Session, leaves: list[LeafRef], affected: list[str]
+) -> dict[str, bytes]:
+    """For chunks.write_tree's ``settled``: the parent's leaves whose path range (first sample's
+    path to last's) holds none of the sorted ``affected`` paths, each with its last sample's key
+    (two chunk_entries rows per leaf: its first and its last)."""
+    unique = sorted({leaf.hash for leaf in leaves})
+    edges: dict[str, dict[int, tuple]] = {}
+    for i in range(0, len(unique), _IN_BATCH):
+        part = unique[i : i + _IN_BATCH]
+        for h, pos, path, line, copy in driver_rows(
+            session,
+            'SELECT ce.chunk_hash, ce.pos, ce.path, ce.line, ce."copy" FROM chunk_entries ce '
+            "JOIN chunks c ON c.hash = ce.chunk_hash AND c.kind = ? "
+            'WHERE (ce.pos = 0 OR ce.pos = c."count" - 1) '
+            f"AND ce.chunk_hash IN ({', '.join('?' * len(part))})",
+            (CHUNK_LEAF, *part),
+        ):
+            edges.setdefault(h, {})[int(pos)] = (path, line, int(copy or 0))
+    out: dict[str, bytes] = {}
+    for leaf in leaves:
+        rows = edges.get(leaf.hash, {})
+        first, last = rows.get(0), rows.get(leaf.count - 1)
+        if first is None or last is None:
+            continue
+        k = bisect_left(affected, first[0])
+        if k == len(affected) or affected[k] > last[0]:
+            out[leaf.hash] = sample_key(_Key(*last))
+    return out
 
 
 def _entries_from_disk(data_root: Path, leaf: LeafRef) -> list[dict]:

@@ -17,8 +17,13 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.assemble import (
     _assemble,
 )
-from pipeline.datasets.build.changes import Since, pending_paths, record_mark, watermark
-from pipeline.datasets.build.chunkrows import known_leaves, leaf_keys, record_tree
+from pipeline.datasets.build.changes import Since, pending_rows, record_mark, watermark
+from pipeline.datasets.build.chunkrows import (
+    known_leaves,
+    leaf_keys,
+    record_tree,
+    settled_leaves,
+)
 from pipeline.datasets.build.contents import _manifest
 from pipeline.datasets.build.parent import Parent
 from pipeline.datasets.build.planning import _current_files
@@ -164,12 +169,14 @@ def commit(
         samples, invalid = _assemble(
             recipe, files, processed, sidecar, {**known_splits, **near.splits}
         )
-        # Fail, never publish without them, when files lost rows the build counted on.
+        # Fail, never publish without them, when files lost rows the build counted on (the
+        # files without processed rows are the pending ones: one pass finds them for both).
+        left_out = pending_rows(files, processed, recipe)
         check_counted_on(
-            session, data_root, dataset, recipe, files, processed, [r.segment_id for r in refs]
+            session, data_root, dataset, recipe, left_out, processed, [r.segment_id for r in refs]
         )
         version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
-        pending = pending_paths(files, processed, recipe)
+        pending = [row[0] for row in left_out]
         if latest is not None and latest.version_id == version_id:
             at_commit.review.mark_superseded(session, dataset, latest.tag)
             # The head is the lake's version as of scan_mark (its chunks may hold older
@@ -224,10 +231,16 @@ def commit(
             else:
                 with VersionWriter(folder) as writer:
                     # Chunk files first (only the new ones are written), the manifest last.
-                    offered = None
+                    offered = settled = None
                     if leafwise and same_recipe:  # another recipe's leaves cannot match
                         offered = leaf_keys(session, data_root, prior.manifest)
-                    tree = writer.chunks(data_root, samples, known_leaves(session), parent=offered)
+                        if since is not None and since.exact and _settles(recipe):
+                            # The head's leaves no changed path falls in need no formatting.
+                            affected = since.affected_paths(session, dataset, samples)
+                            settled = settled_leaves(session, [o[0] for o in offered], affected)
+                    tree = writer.chunks(
+                        data_root, samples, known_leaves(session), parent=offered, settled=settled
+                    )
                     if diff is None:
                         manifest["diff"] = prior.diff_counts(session, samples, tree)
                     writer.add(mf.INVALID, invalid_bytes(invalid))
@@ -285,6 +298,12 @@ def commit(
         # after a crash has the same id, not necessarily the same paths and mtimes).
         record_mark(session, dataset, version_id, scan_mark, pending, exact=tree is not None)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
+
+
+def _settles(recipe) -> bool:
+    """Whether an unchanged path keeps its sample under this recipe whatever else changed: not
+    with a labels file (one edit relabels any path) or a group_regex (a split per group)."""
+    return recipe.labels.rule != "sidecar" and not recipe.split.group_regex
 
 
 def _insert_version_rows(

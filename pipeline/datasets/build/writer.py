@@ -58,8 +58,9 @@ class VersionWriter:
         samples: Sequence[_Sample],
         known: Callable[[list[str]], dict[str, str]] | None = None,
         parent: Sequence[tuple[LeafRef, bytes]] | None = None,
+        settled: dict[str, bytes] | None = None,
     ) -> Tree:
-        tree = write_tree(data_root, samples, known=known, parent=parent)
+        tree = write_tree(data_root, samples, known=known, parent=parent, settled=settled)
         pause_hook("chunks_written")
         parts = "".join(chunk_relpath(leaf.hash, META_SUFFIX) + "\n" for leaf in tree.leaves)
         self.add(mf.PARTS, parts.encode())
