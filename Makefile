@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) bench/train.py
 	$(PY) bench/ingest_latency.py
 	$(PY) bench/ui.py
+	$(PY) bench/s3.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline training dags tests bench

@@ -1,4 +1,5 @@
-"""Scanning an ``s3://`` lake, against bare boto3 doing the same work in the same run.
+"""Scanning an ``s3://`` lake, against bare boto3 doing the same work in the same run (a part
+of ``bench/s3.py``, which runs it and writes the figures).
 
 moto measures behaviour, not S3's speed, so the figures are requests and ratios:
 
@@ -9,14 +10,12 @@ moto measures behaviour, not S3's speed, so the figures are requests and ratios:
   over the same keys, with the same number of threads (16). Target: >= 0.8x.
 
 A real ``moto_server`` on a free loopback port; N objects of 1 KiB spread over 20 datasets.
-The requests are counted by a botocore event hook on every client the scan creates.
-
-    .venv/bin/python bench/s3_lake.py [--objects 20000]
+The requests are counted by a botocore event hook on every client the scan creates. The fill
+(PUTs from many threads) is not measured.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
@@ -29,16 +28,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._results import figures_table, write_section  # noqa: E402
 from bench.s3_read import Counter, _moto, s3_bench_env  # noqa: E402
 
 THREADS = 16
+FILL_THREADS = 32
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--objects", type=int, default=20_000)
-    args = ap.parse_args()
+def measure(objects: int) -> tuple[str, list[tuple[str, str]], str]:
+    """Fill a lake of ``objects`` objects, then time and count its scans; (what was measured,
+    the figure rows, a note on a missed target or "")."""
     work = Path(tempfile.mkdtemp(prefix="lt-bench-s3lake-"))
     proc, endpoint = _moto()
     try:
@@ -59,12 +57,13 @@ def main() -> None:
 
         get_settings.cache_clear()
         client = boto3.session.Session().client(
-            "s3", config=Config(max_pool_connections=THREADS * 2)
+            "s3", config=Config(max_pool_connections=FILL_THREADS)
         )
         client.create_bucket(Bucket="bench")
-        keys = [f"lake/ds{i % 20:02d}/c{i % 7}/{i:06d}.bin" for i in range(args.objects)]
-        body = os.urandom(1024 + args.objects)
-        with ThreadPoolExecutor(THREADS) as pool:
+        keys = [f"lake/ds{i % 20:02d}/c{i % 7}/{i:06d}.bin" for i in range(objects)]
+        body = os.urandom(1024 + objects)
+        clock = time.perf_counter()
+        with ThreadPoolExecutor(FILL_THREADS) as pool:
             list(
                 pool.map(
                     lambda ik: client.put_object(
@@ -73,6 +72,7 @@ def main() -> None:
                     enumerate(keys),
                 )
             )
+        print(f"filled {objects:,} objects in {time.perf_counter() - clock:.1f} s", flush=True)
 
         counter = Counter()
         ops: dict[str, int] = {}
@@ -114,12 +114,18 @@ def main() -> None:
             assert n == len(keys)
             return time.perf_counter() - clock
 
-        bare_cold = bare_get_md5()
-        clock = time.perf_counter()
-        cold = scan(store=store)
-        cold_s = time.perf_counter() - clock
-        assert len(cold.new) == len(keys), cold.summary()
-        bare_cold = min(bare_cold, bare_get_md5())
+        # Two of each, interleaved, the best of each: a cold scan needs an empty ledger, so
+        # the first one runs against a store of its own, the second fills the bench's store.
+        colds, bares = [], []
+        for scan_store in (MetadataStore(f"sqlite:///{work / 'meta-first.db'}"), store):
+            bares.append(bare_get_md5())
+            clock = time.perf_counter()
+            cold = scan(store=scan_store)
+            colds.append(time.perf_counter() - clock)
+            assert len(cold.new) == len(keys), cold.summary()
+            if scan_store is not store:
+                scan_store.dispose()
+        cold_s, bare_cold = min(colds), min(bares)
 
         rescans, lists = [], []
         for _ in range(3):  # interleaved, so that load that comes and goes hits both alike
@@ -134,39 +140,35 @@ def main() -> None:
         rescan_s, list_s = min(rescans), min(lists)
         rescan_ratio, cold_ratio = rescan_s / list_s, bare_cold / cold_s
         by_op = ", ".join(f"{k} {v}" for k, v in sorted(ops.items()))
-        lines = [
-            f"{len(keys):,} objects of 1 KiB in 20 datasets, moto_server on loopback",
-            f"no-change rescan: {rescan_s:.3f} s, bare paginated list {list_s:.3f} s: "
-            f"{rescan_ratio:.2f}x (target <= 1.5x); {requests} S3 requests ({by_op})",
-            f"cold scan: {cold_s:.2f} s, bare {THREADS}-thread GET + md5 {bare_cold:.2f} s: "
-            f"{cold_ratio:.2f}x (target >= 0.8x)",
-        ]
-        print("\n".join(lines))
-        write_section(
-            "bench/s3_lake.py",
-            f"{lines[0]}; moto measures S3 behaviour, not its speed: the requests and the "
-            "ratios to a bare boto3 client doing the same work in the same run are the figures.\n\n"
-            + figures_table(
-                [
-                    ("no-change rescan, requests", f"{requests} ({by_op}); 0 GETs"),
-                    (
-                        "**no-change rescan / bare paginated list**",
-                        f"**{rescan_ratio:.2f}x** (target <= 1.5x) "
-                        + ("OK" if rescan_ratio <= 1.5 else "MISSED"),
-                    ),
-                    (
-                        f"**cold scan / bare {THREADS}-thread GET + md5**",
-                        f"**{cold_ratio:.2f}x** (target >= 0.8x) "
-                        + ("OK" if cold_ratio >= 0.8 else "MISSED"),
-                    ),
-                ]
-            ),
-        )
         store.dispose()
+        what = (
+            f"{len(keys):,} objects of 1 KiB in 20 datasets; the bare side: boto3 with "
+            f"{THREADS} threads where it runs in parallel"
+        )
+        rows = [
+            ("no-change rescan, requests", f"{requests} ({by_op}); {ops.get('GetObject', 0)} GETs"),
+            (
+                "no-change rescan",
+                f"{rescan_s:.3f} s; bare paginated list of the lake prefix {list_s:.3f} s",
+            ),
+            (
+                "**no-change rescan / bare paginated list**",
+                f"**{rescan_ratio:.2f}x** (target <= 1.5x) "
+                + ("OK" if rescan_ratio <= 1.5 else "MISSED"),
+            ),
+            ("cold scan", f"{cold_s:.2f} s; bare {THREADS}-thread GET + md5 {bare_cold:.2f} s"),
+            (
+                f"**cold scan / bare {THREADS}-thread GET + md5**",
+                f"**{cold_ratio:.2f}x** (target >= 0.8x) "
+                + ("OK" if cold_ratio >= 0.8 else "MISSED"),
+            ),
+        ]
+        notes = []
+        if rescan_ratio > 1.5:
+            notes.append("The no-change rescan misses its target.")
+        if cold_ratio < 0.8:
+            notes.append("The cold scan misses its target.")
+        return what, rows, " ".join(notes)
     finally:
         proc.kill()
         shutil.rmtree(work, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,13 @@
-"""Reading a version from an ``s3://`` DATA_ROOT, against baselines measured in the same run.
+"""Reading a version from an ``s3://`` DATA_ROOT, against baselines measured in the same run
+(a part of ``bench/s3.py``, which runs it and writes the figures).
 
 moto measures behaviour, not S3's speed, so the figures are requests and ratios:
 
 - **cold**: ``open_version`` with an empty cache, then every sample read once (``get_batch``),
-  against a bare parallel boto3 download of the version's segment files (8 threads, the same
-  concurrency) and the same read from the local copies. Target: >= 0.8x.
+  against a bare parallel boto3 download of the version's segment files (as many at once as
+  the cache downloads, ``FETCH_THREADS``) and the same read from the local copies.
+  Target: >= 0.8x. Beside it, the floor: a bare GET of every object the cold open asked for,
+  nothing checked or written, which is what the number of objects alone costs.
 - **warm**: every sample read with ``get_batch`` in random batches of 64 from a reader over
   the warm cache, against the local reader over the build's own files. Target: >= 0.95x
   (the same memory-mapped reads).
@@ -15,7 +18,6 @@ A real ``moto_server`` on a free loopback port; N (default 3,000) random 3x64x64
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import socket
@@ -30,8 +32,6 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-from bench._results import figures_table, write_section  # noqa: E402
 
 RECIPE = 'modality = "image"\n[image]\nsize = 64\nchannels = 3\n[split]\nval_fraction = 0.2\n'
 
@@ -100,10 +100,11 @@ def _read_all(reader, seed: int = 0) -> float:
     return time.perf_counter() - clock
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--images", type=int, default=3000)
-    args = ap.parse_args()
+def measure(images: int) -> tuple[str, list[tuple[str, str]], str]:
+    """Build a version of ``images`` samples on an s3:// DATA_ROOT, then time and count its
+    reads; (what was measured, the figure rows, a note on a missed target or "")."""
+    from pipeline.storage.cache import FETCH_THREADS
+
     work = Path(tempfile.mkdtemp(prefix="lt-bench-s3read-"))
     proc, endpoint = _moto()
     try:
@@ -118,10 +119,13 @@ def main() -> None:
             SETTLE_SECONDS="0",
         )
         import boto3
+        from botocore.config import Config
 
-        client = boto3.session.Session().client("s3")
+        client = boto3.session.Session().client(
+            "s3", config=Config(max_pool_connections=2 * FETCH_THREADS)
+        )
         client.create_bucket(Bucket="bench")
-        _lake(work, args.images)
+        _lake(work, images)
         from pipeline.datasets.build import build
         from pipeline.datasets.dataroot import work_root
         from pipeline.datasets.publish import s3_store
@@ -135,9 +139,16 @@ def main() -> None:
         del os.environ["METADATA_DB_URL"]  # the readers: a training container, DATA_ROOT only
         get_settings.cache_clear()
         counter = Counter()
-        s3_store().client.meta.events.register("before-send.s3", counter)
+        keys_asked: list[str] = []  # every object key the reader's client asks for
+        events = s3_store().client.meta.events
+        events.register("before-call.s3", counter)
+        events.register(
+            "before-parameter-build.s3",
+            lambda params=None, **_kw: keys_asked.append((params or {}).get("Key") or ""),
+        )
 
-        # Bare parallel download of the segment files: the cold baseline.
+        # The cold baseline: a bare parallel download of the segment files, as many at once
+        # as the cache fetches, then the same read from those local files.
         bare_dir = work / "bare"
         keys = [
             f"data/{seg['path']}/{name}"
@@ -145,34 +156,47 @@ def main() -> None:
             for name in ("x.npy", "y.npy")
         ]
 
+        def fetch_one(key: str) -> None:
+            (bare_dir / key).parent.mkdir(parents=True, exist_ok=True)
+            client.download_file("bench", key, str(bare_dir / key))
+
         def bare() -> float:
             shutil.rmtree(bare_dir, ignore_errors=True)
             clock = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
-                list(
-                    pool.map(
-                        lambda k: (
-                            (bare_dir / k).parent.mkdir(parents=True, exist_ok=True),
-                            client.download_file("bench", k, str(bare_dir / k)),
-                        ),
-                        keys,
-                    )
-                )
+            with ThreadPoolExecutor(FETCH_THREADS) as pool:
+                list(pool.map(fetch_one, keys))
             return time.perf_counter() - clock + _read_all(local)
 
         def cold() -> tuple[float, int]:
             os.environ["LAKETRAIN_CACHE_DIR"] = str(work / "cache-read")
             shutil.rmtree(work / "cache-read", ignore_errors=True)
             get_settings.cache_clear()
+            keys_asked.clear()
             before = counter.n
             clock = time.perf_counter()
             reader = open_version("bench", "latest")
             opened = time.perf_counter() - clock
             return opened + _read_all(reader), counter.n - before
 
-        bare_s = min(bare() for _ in range(3))
-        cold_runs = [cold() for _ in range(3)]
-        cold_s, cold_requests = min(cold_runs)
+        def every_object(objects: list[str]) -> float:
+            """A bare GET of every object the cold open asked for, no cache, no check, no
+            write, all at once: what the number of objects alone costs."""
+            clock = time.perf_counter()
+            with ThreadPoolExecutor(FETCH_THREADS) as pool:
+                list(
+                    pool.map(
+                        lambda k: client.get_object(Bucket="bench", Key=k)["Body"].read(), objects
+                    )
+                )
+            return time.perf_counter() - clock
+
+        bare_runs, cold_runs, floor_runs = [], [], []
+        for _ in range(5):  # interleaved: load that comes and goes hits them alike
+            bare_runs.append(bare())
+            cold_runs.append(cold())
+            floor_runs.append(every_object(list(keys_asked)))
+        bare_s, (cold_s, cold_requests), floor_s = min(bare_runs), min(cold_runs), min(floor_runs)
+        n_objects = len(keys_asked)
         before = counter.n
         warm_reader = open_version("bench", "latest")
         warm_requests = counter.n - before
@@ -182,38 +206,51 @@ def main() -> None:
             local_s = min(local_s, _read_all(local, seed))
         n = len(local)
         cold_ratio, warm_ratio = bare_s / cold_s, local_s / warm_s
-        lines = [
-            f"version of {n} samples, {len(local.manifest['segments'])} segment(s)",
-            f"cold open + read: {cold_s:.3f} s, bare download + read {bare_s:.3f} s: "
-            f"{cold_ratio:.2f}x (target >= 0.8x); {cold_requests} S3 requests",
-            f"warm read: {n / warm_s:,.0f} samples/s, local reader {n / local_s:,.0f}: "
-            f"{warm_ratio:.2f}x (target >= 0.95x); warm open {warm_requests} S3 request(s)",
-        ]
-        print("\n".join(lines))
-        write_section(
-            "bench/s3_read.py",
-            f"A {lines[0]} on an s3:// DATA_ROOT (moto_server on loopback: behaviour and ratios, "
-            "not S3's speed).\n\n"
-            + figures_table(
-                [
-                    ("S3 requests: cold open / warm open", f"{cold_requests} / {warm_requests}"),
-                    (
-                        "**cold open + read / bare parallel download + read**",
-                        f"**{cold_ratio:.2f}x** (target >= 0.8x) "
-                        + ("OK" if cold_ratio >= 0.8 else "MISSED"),
-                    ),
-                    (
-                        "**warm read / local reader**",
-                        f"**{warm_ratio:.2f}x** (target >= 0.95x) "
-                        + ("OK" if warm_ratio >= 0.95 else "MISSED"),
-                    ),
-                ]
-            ),
+        n_segments = len(local.manifest["segments"])
+        what = (
+            f"A version of {n:,} samples in {n_segments} segments ({len(keys)} segment files, "
+            f"{sum(os.path.getsize(bare_dir / k) for k in keys) / 2**20:.0f} MB) on an s3:// "
+            f"DATA_ROOT, {FETCH_THREADS} downloads at a time on both sides"
         )
+        rows = [
+            (
+                "S3 requests: cold open / warm open",
+                f"{cold_requests} / {warm_requests}",
+            ),
+            (
+                "cold open + read everything",
+                f"{cold_s:.3f} s; bare download of the segment files + the same read "
+                f"{bare_s:.3f} s",
+            ),
+            (
+                f"bare GET of the {n_objects} objects the cold open asked for (no cache)",
+                f"{floor_s:.3f} s = {bare_s / floor_s:.2f}x the cold baseline",
+            ),
+            (
+                "**cold open + read / bare parallel download + read**",
+                f"**{cold_ratio:.2f}x** (target >= 0.8x) "
+                + ("OK" if cold_ratio >= 0.8 else "MISSED"),
+            ),
+            (
+                "**warm read / local reader**",
+                f"**{warm_ratio:.2f}x** (target >= 0.95x) "
+                + ("OK" if warm_ratio >= 0.95 else "MISSED"),
+            ),
+        ]
+        note = ""
+        if cold_ratio < 0.8:
+            note = (
+                f"The cold open misses: it needs {n_objects} objects (the HEAD object, the "
+                f"manifest, {n_objects - 2 - len(keys)} chunk files: the nodes and one index "
+                f"per leaf of ~128 samples, and the {len(keys)} segment files), the baseline "
+                f"{len(keys)}. On moto every request costs CPU on this machine, so a bare GET "
+                f"of those {n_objects} objects alone, with nothing checked or written, takes "
+                f"{floor_s / bare_s:.2f}x the baseline's time; the open itself is "
+                f"{floor_s / cold_s:.2f}x that floor. Meeting 0.8x needs fewer objects per "
+                "open (e.g. the publisher packing a version's leaf indexes into one object "
+                "the manifest names), a change to the version format."
+            )
+        return what, rows, note
     finally:
         proc.kill()
         shutil.rmtree(work, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()
