@@ -40,10 +40,14 @@ _IN_BATCH = 900  # bound values per IN (SQLite's default limit is 999)
 def watermark(session: Session, dataset: str) -> int:
     """The largest scan id among the dataset's ledger rows (0: none); an index lookup on
     (dataset, last_scan_id), migration 0010."""
+    # ORDER BY ... LIMIT 1, not max(): SQLite reads max() over every entry of the dataset.
     rows = driver_rows(
-        session, "SELECT max(last_scan_id) FROM ledger_files WHERE dataset = ?", (dataset,)
+        session,
+        "SELECT last_scan_id FROM ledger_files WHERE dataset = ? AND last_scan_id IS NOT NULL "
+        "ORDER BY last_scan_id DESC LIMIT 1",
+        (dataset,),
     )
-    return int(rows[0][0] or 0) if rows else 0
+    return int(rows[0][0]) if rows else 0
 
 
 def pending_rows(files: list[tuple], processed: dict, recipe) -> list[tuple]:
@@ -100,11 +104,16 @@ class Since:
 
     def changed(self, session: Session, dataset: str) -> list[tuple]:
         """(path, md5, size, status, deleted) of the rows written since the head was built."""
+        # Two index ranges, not one OR: SQLite would walk every entry of the dataset.
+        cols = "path, md5, size, status, CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END"
         return driver_rows(
             session,
-            "SELECT path, md5, size, status, CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END "
-            "FROM ledger_files WHERE dataset = ? AND (last_scan_id > ? OR last_scan_id IS NULL)",
+            f"SELECT {cols} FROM ledger_files WHERE dataset = ? AND last_scan_id > ?",
             (dataset, self.scan),
+        ) + driver_rows(
+            session,
+            f"SELECT {cols} FROM ledger_files WHERE dataset = ? AND last_scan_id IS NULL",
+            (dataset,),
         )
 
     def pending_rows(self, session: Session) -> list[tuple]:
