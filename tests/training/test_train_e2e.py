@@ -176,9 +176,15 @@ def test_digits_trains_to_97_percent_and_writes_every_output(
     assert row["params"]["epochs"] == 5
 
 
-def test_sigkill_after_a_mid_epoch_checkpoint_resumes_bitwise(
+def test_sigkill_then_sigterm_resume_and_the_run_ends_bitwise_equal(
     digits: dict[str, Any], reference: dict[str, Any], tmp_path: Path
 ) -> None:
+    """One run interrupted twice, as a node loss and then a preemption would: SIGKILL after the
+    mid-epoch checkpoint at step 15 (nothing saved after it), then SIGTERM to the resumed trainer
+    at step 29, mid epoch 1 where no periodic checkpoint is due (29 is no multiple of 5: the step
+    29 checkpoint can only be the SIGTERM save). The last rerun ends bitwise equal to the
+    uninterrupted reference, metric history included. (One run for both signals: each trainer
+    start costs seconds of imports, the training itself well under one.)"""
     ckpt = tmp_path / "objects"
     env = base_env(digits, ckpt, "killed", **RESUME_CFG)
     proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "15"})  # epoch 0 has 22 steps
@@ -190,33 +196,27 @@ def test_sigkill_after_a_mid_epoch_checkpoint_resumes_bitwise(
     assert proc.returncode == -signal.SIGKILL
     mid = final_state(ckpt, "killed")
     assert (mid["step"], mid["epoch"], mid["data"]["cursor"]) == (15, 0, 15 * 64)
-    again = run_trainer(env)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "resumed from step 15 (epoch 0, batch 15 of 22)" in again.stderr
-    assert_bitwise_equal(final_state(ckpt, "killed"), reference["state"])
-    assert losses(ckpt, "killed") == reference["metrics"]
 
-
-def test_sigterm_saves_exits_75_and_the_rerun_completes_bitwise(
-    digits: dict[str, Any], reference: dict[str, Any], tmp_path: Path
-) -> None:
-    ckpt = tmp_path / "objects"
-    env = base_env(digits, ckpt, "preempted", **{**RESUME_CFG, "checkpoint_every": 0})
-    proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "29"})  # mid epoch 1, no checkpoint due
+    proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "29"})
     deadline = time.monotonic() + 240
     for line in proc.stdout:  # type: ignore[union-attr]
         if "TRAIN_TEST_PAUSED step=29" in line:
             break
         assert time.monotonic() < deadline
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 75, proc.stderr.read()[-3000:]  # type: ignore[union-attr]
-    result = read_result(ckpt, "preempted")
+    assert proc.wait(timeout=120) == 75
+    err = proc.stderr.read()  # type: ignore[union-attr]
+    assert "resumed from step 15 (epoch 0, batch 15 of 22)" in err, err[-3000:]
+    result = read_result(ckpt, "killed")
     assert result["status"] == "preempted" and result["steps"] == 29
-    assert (CheckpointManager(ckpt.as_uri(), "preempted").latest_pointer() or {})["step"] == 29
+    assert (CheckpointManager(ckpt.as_uri(), "killed").latest_pointer() or {})["step"] == 29
+
     again = run_trainer(env)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert read_result(ckpt, "preempted")["status"] == "succeeded"
-    assert_bitwise_equal(final_state(ckpt, "preempted"), reference["state"])
+    assert "resumed from step 29 (epoch 1, batch 7 of 22)" in again.stderr
+    assert read_result(ckpt, "killed")["status"] == "succeeded"
+    assert_bitwise_equal(final_state(ckpt, "killed"), reference["state"])
+    assert losses(ckpt, "killed") == reference["metrics"]
 
 
 def test_s3_checkpoints_preempt_and_resume_bitwise(
@@ -290,10 +290,37 @@ def test_missing_version_exits_3(digits: dict[str, Any], tmp_path: Path) -> None
     assert read_result(tmp_path / "objects", "missing")["status"] == "failed"
 
 
+def wait_both_ranks_paused(proc: subprocess.Popen, step: int, timeout: float = 240) -> None:
+    paused = 0
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:  # type: ignore[union-attr]
+        # Workers run unbuffered (`python -u`): one print is two writes, so two ranks'
+        # markers can share a line. Count markers, not lines.
+        paused += line.count(f"TRAIN_TEST_PAUSED step={step}")
+        if paused == 2:  # both ranks hold still after the step
+            return
+        assert time.monotonic() < deadline
+    raise AssertionError(
+        f"the trainer ended before pausing: {proc.wait()} {proc.stderr.read()[-3000:]}"
+    )  # type: ignore[union-attr]
+
+
 @pytest.mark.slow
-def test_ddp_two_processes_on_gloo_kill_and_resume_bitwise(
+def test_ddp_two_processes_on_gloo_kill_then_sigterm_and_resume_bitwise(
     digits: dict[str, Any], tmp_path: Path
 ) -> None:
+    """Two gloo ranks, one run interrupted twice: SIGKILL to the launcher alone after the
+    checkpoint at step 6 (an OOM kill: the workers must not outlive it), then SIGTERM to the
+    resumed launcher at step 16 (a container stop sends it to PID 1, the launcher: torchrun
+    passes it on, both workers save and exit 75, and the launcher exits 75 too, where torchrun
+    alone would say 1, so the orchestrator retries). 16 is no multiple of the checkpoint period
+    3, so the step 16 checkpoint is the SIGTERM save. The last rerun resumes and ends bitwise
+    equal to an uninterrupted two-rank run. (One run for both signals: a start of the launcher
+    and two workers costs far more than their 22 steps.)"""
+    import os
+
+    import psutil
+
     cfg = {**RESUME_CFG, "checkpoint_every": 3}  # 1413 / 2 ranks / 64 → 11 steps per epoch
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
     ref = start(base_env(digits, ref_dir, "ddp-ref", **cfg), torchrun=True)
@@ -304,8 +331,6 @@ def test_ddp_two_processes_on_gloo_kill_and_resume_bitwise(
     # under torchrun); the reference above went through an explicit torchrun command.
     env = {**base_env(digits, run_dir, "ddp", **cfg), "TRAIN_NPROC": "2"}
     proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "6"})
-    import psutil
-
     try:
         wait_paused_with_checkpoint(proc, run_dir, "ddp", 6)
         workers = psutil.Process(proc.pid).children()
@@ -317,15 +342,30 @@ def test_ddp_two_processes_on_gloo_kill_and_resume_bitwise(
         gone, alive = psutil.wait_procs(workers, timeout=30)
         assert not alive, f"workers outlived their launcher: {alive}"
     finally:
-        import os
-
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+    proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "16"})
+    try:
+        wait_both_ranks_paused(proc, 16)
+        proc.send_signal(signal.SIGTERM)  # the launcher only, as `docker stop` does
+        assert proc.wait(timeout=120) == 75, proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = proc.stderr.read()  # type: ignore[union-attr]
+    assert "starting 2 training processes under torchrun" in err
+    assert "resumed from step 6 (epoch 0, batch 6 of 11)" in err
+    assert "workers exited with [75, 75]: exit 75" in err
+    assert read_result(run_dir, "ddp")["status"] == "preempted"
+    assert (CheckpointManager(run_dir.as_uri(), "ddp").latest_pointer() or {})["step"] == 16
+
     again = start(env)
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err[-3000:]
-    assert "resumed from step 6 (epoch 0, batch 6 of 11)" in err
+    assert "resumed from step 16 (epoch 1, batch 5 of 11)" in err
     assert "starting 2 training processes under torchrun" in err
+    assert read_result(run_dir, "ddp")["status"] == "succeeded"
     a, b = final_state(ref_dir, "ddp-ref"), final_state(run_dir, "ddp")
     assert a["world_size"] == b["world_size"] == 2 and len(a["rng"]) == 2
     assert_bitwise_equal(b, a)
@@ -336,44 +376,6 @@ def test_ddp_two_processes_on_gloo_kill_and_resume_bitwise(
         if '"train"' in line
     ]
     assert train_steps == list(range(1, 23))
-
-
-@pytest.mark.slow
-def test_ddp_sigterm_to_the_launcher_exits_75_and_the_rerun_resumes(
-    digits: dict[str, Any], tmp_path: Path
-) -> None:
-    """A container stop sends SIGTERM to PID 1, the launcher: torchrun passes it on, both
-    workers save and exit 75, and the launcher exits 75 too (torchrun alone would say 1), so
-    the orchestrator retries and the retry resumes."""
-    run_dir = tmp_path / "run"
-    cfg = {**RESUME_CFG, "checkpoint_every": 0}
-    env = {**base_env(digits, run_dir, "ddp-term", **cfg), "TRAIN_NPROC": "2"}
-    proc = start({**env, "TRAIN_TEST_PAUSE_AFTER_STEP": "7"})
-    try:
-        paused = 0
-        deadline = time.monotonic() + 240
-        for line in proc.stdout:  # type: ignore[union-attr]
-            # Workers run unbuffered (`python -u`): one print is two writes, so two ranks'
-            # markers can share a line. Count markers, not lines.
-            paused += line.count("TRAIN_TEST_PAUSED step=7")
-            if paused == 2:  # both ranks hold still after step 7
-                break
-            assert time.monotonic() < deadline
-        proc.send_signal(signal.SIGTERM)  # the launcher only, as `docker stop` does
-        assert proc.wait(timeout=120) == 75, proc.stderr.read()[-3000:]  # type: ignore[union-attr]
-    finally:
-        if proc.poll() is None:
-            import os
-
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert "workers exited with [75, 75]: exit 75" in proc.stderr.read()  # type: ignore[union-attr]
-    assert read_result(run_dir, "ddp-term")["status"] == "preempted"
-    assert (CheckpointManager(run_dir.as_uri(), "ddp-term").latest_pointer() or {})["step"] == 7
-    again = start(env)
-    out, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-3000:]
-    assert "resumed from step 7 (epoch 0, batch 7 of 11)" in err
-    assert read_result(run_dir, "ddp-term")["status"] == "succeeded"
 
 
 def test_several_processes_keep_the_exit_code_contract(
