@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 # The S3 fixtures (a shared real moto_server, a private one a test may kill) for every folder.
+from tests.pg_pool import PgDatabasePool
 from tests.s3_fixtures import _moto_process, moto_server, private_moto_server  # noqa: F401
 
 PG_ADMIN_URL = os.environ.get(
@@ -60,22 +61,30 @@ def lt_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     get_settings.cache_clear()
 
 
-def _new_pg_database(template: str | None = None) -> str:
-    """CREATE a uniquely named database (a copy of ``template`` when given); return its name."""
+def _admin_execute(sql: str) -> None:
     import psycopg
 
-    name = f"lt_test_{uuid.uuid4().hex[:12]}"
-    sql = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
     with psycopg.connect(_libpq(PG_ADMIN_URL), autocommit=True) as conn:
         conn.execute(sql)
-    return name
+
+
+# Per test process: migrated databases emptied and reused, the rest dropped behind (tests/pg_pool.py).
+def _connect_to(name: str):
+    import psycopg
+
+    return psycopg.connect(_libpq(_pg_db_url(name)), autocommit=True)
+
+
+_PG_POOL = PgDatabasePool(_admin_execute, _connect_to)
+
+
+def _new_pg_database(template: str | None = None) -> str:
+    """A uniquely named database no test has used (a copy of ``template`` when given)."""
+    return _PG_POOL.take(template)
 
 
 def _drop_pg_database(name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_libpq(PG_ADMIN_URL), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _pg_db_url(name: str) -> str:
@@ -97,9 +106,11 @@ def _pg_migrated_template() -> Iterator[str]:
     _require_pg()
     from pipeline.metadata.store import MetadataStore
 
-    name = _new_pg_database()
+    name = f"lt_test_{uuid.uuid4().hex[:12]}"
+    _admin_execute(f'CREATE DATABASE "{name}"')
     MetadataStore(_pg_db_url(name)).dispose()
     yield name
+    _PG_POOL.forget_template(name)  # its ready copies first: no copy may be in the making
     _drop_pg_database(name)
 
 
@@ -127,7 +138,7 @@ def _pg_database(template: str | None) -> Iterator[str]:
     from pipeline.metadata.store import forget_store
 
     forget_store(url)
-    _drop_pg_database(name)
+    _PG_POOL.give_back(name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -146,6 +157,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield from _pg_database(request.getfixturevalue("_pg_migrated_template"))
     else:
         yield request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(scope="session")
+def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Airflow (SQLite) database migrated once per test process; the end-to-end and UI
+    stacks start on copies of it (tests/orchestration/airflow_db.py says why)."""
+    from tests.orchestration.airflow_db import migrate_template
+
+    return migrate_template(tmp_path_factory.mktemp("airflow_template"))
 
 
 @pytest.fixture
