@@ -94,6 +94,32 @@ def laketrain(
     return proc
 
 
+def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``laketrain ARGS`` run in this process by the typer app the entry point hands them to,
+    under exactly ``env`` (the rest of this process's environment hidden), with its stdout,
+    stderr and exit status. For the commands that only read and write the store: a fresh
+    process costs each of them ~0.5 s of CPU in imports, and a test module makes ~50 of them.
+    What is about the process -- an exit code a caller acts on, a launch -- goes through
+    :func:`laketrain`."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli_app import app
+    from pipeline.settings import get_settings
+
+    scoped = {**{k: None for k in os.environ if k not in env}, **env}
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, list(args), env=scoped, catch_exceptions=False)
+    finally:
+        get_settings.cache_clear()
+    proc = subprocess.CompletedProcess(
+        ["laketrain", *args], result.exit_code, result.stdout, result.stderr
+    )
+    if check:
+        assert proc.returncode == 0, f"laketrain {args}: {proc.stdout}\n{proc.stderr}"
+    return proc
+
+
 def store_of(home: dict[str, Any]) -> Any:
     from pipeline.metadata.store import open_store
 

@@ -1,6 +1,8 @@
-"""``laketrain runs / run / compare / models / promote / reproduce / lineage`` through the
-entry point, on both backends, over real CPU training runs (``laketrain train --command
-"python -m training"``: the built-in trainer under the local launcher) on real versions."""
+"""``laketrain runs / run / compare / models / promote / reproduce / lineage`` on both backends,
+over real CPU training runs (``laketrain train --command "python -m training"`` through the
+entry point: the built-in trainer under the local launcher) on real versions. The commands that
+only read or write the store run in this process (``cli``); the exit codes a caller acts on and
+every launch (train, reproduce) go through the ``laketrain`` script."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import REPO, TRAIN_FLAGS, laketrain
+from .conftest import REPO, TRAIN_FLAGS, cli, laketrain
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -35,7 +37,7 @@ def train(home: dict, run_id: str, version: str, *extra: str, check: bool = True
 
 
 def show(home: dict, ref: str) -> dict:
-    return json.loads(laketrain(home["env"], "run", ref, "--json").stdout)
+    return json.loads(cli(home["env"], "run", ref, "--json").stdout)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +79,7 @@ def test_a_local_run_records_everything_that_reproduces_it(trained: dict) -> Non
     epochs = row["metrics"]["epochs"]
     assert [e["epoch"] for e in epochs] == [0, 1]
     assert {"train_loss", "val_loss", "val_accuracy"} <= set(row["metrics"]["columns"])
-    text = laketrain(trained["env"], "run", row["name"]).stdout
+    text = cli(trained["env"], "run", row["name"]).stdout
     assert "per-epoch metrics" in text and row["checkpoints"][-1]["url"] in text
 
 
@@ -104,61 +106,61 @@ def test_a_retried_run_has_two_attempts(trained: dict) -> None:
 
 
 def test_runs_lists_and_filters(trained: dict) -> None:
-    page = json.loads(laketrain(trained["env"], "runs", "digits", "--json").stdout)
+    page = json.loads(cli(trained["env"], "runs", "digits", "--json").stdout)
     assert page["total"] == 4
     by_id = {r["run_id"]: r for r in page["runs"]}
     assert by_id["bad"]["status"] == "failed" and by_id["ok"]["version_tag"] == trained["v1"]["tag"]
-    failed = json.loads(laketrain(trained["env"], "runs", "--status", "failed", "--json").stdout)
+    failed = json.loads(cli(trained["env"], "runs", "--status", "failed", "--json").stdout)
     assert [r["run_id"] for r in failed["runs"]] == ["bad"]
-    text = laketrain(trained["env"], "runs").stdout
+    text = cli(trained["env"], "runs").stdout
     assert by_id["ok"]["name"] in text and "succeeded" in text
-    assert json.loads(laketrain(trained["env"], "runs", "nothere", "--json").stdout)["total"] == 0
+    assert json.loads(cli(trained["env"], "runs", "nothere", "--json").stdout)["total"] == 0
     bad = laketrain(trained["env"], "run", "no-such-run", check=False)
     assert bad.returncode == 1 and "no run 'no-such-run'" in bad.stderr
 
 
 def test_compare_shows_params_metrics_and_the_data_diff(trained: dict) -> None:
-    d = json.loads(laketrain(trained["env"], "compare", "ok", "v2run", "--json").stdout)
+    d = json.loads(cli(trained["env"], "compare", "ok", "v2run", "--json").stdout)
     assert {"name": "lr", "a": 0.003, "b": 0.01} in d["params"]
     assert all(p["a"] != p["b"] for p in d["params"])
     assert d["metrics"][0]["a"] == show(trained, "ok")["best_metric"]
     diff = d["data"]["diff"]
     assert diff["counts"] == {"added": 20, "removed": 0, "changed": 0}
     assert {c["label"]: (c["a"], c["b"]) for c in d["data"]["class_counts"]}["3"] == (6, 8)
-    text = laketrain(trained["env"], "compare", "ok", "v2run").stdout
+    text = cli(trained["env"], "compare", "ok", "v2run").stdout
     assert "+20 added" in text and "laketrain diff" in text and "lr" in text
 
 
 def test_models_promote_and_the_champion(trained: dict) -> None:
     env = trained["env"]
-    models = json.loads(laketrain(env, "models", "digits", "--json").stdout)
+    models = json.loads(cli(env, "models", "digits", "--json").stdout)
     assert {m["run_id"] for m in models} == {"ok", "v2run", "retry"}
     assert all(m["checkpoint_url"].startswith("file://") for m in models)
     refused = laketrain(env, "promote", "bad", check=False)
     assert refused.returncode == 1 and "only a succeeded run" in refused.stderr
-    out = json.loads(laketrain(env, "promote", "ok", "--json").stdout)
+    out = json.loads(cli(env, "promote", "ok", "--json").stdout)
     assert (out["run_id"], out["by"], out["alias"]) == ("ok", "tester", "champion")
     assert out["at"]
-    again = json.loads(laketrain(env, "promote", "v2run", "--by", "ann", "--json").stdout)
+    again = json.loads(cli(env, "promote", "v2run", "--by", "ann", "--json").stdout)
     assert (again["previous"], again["by"]) == ("ok", "ann")
-    models = {m["run_id"]: m for m in json.loads(laketrain(env, "models", "--json").stdout)}
+    models = {m["run_id"]: m for m in json.loads(cli(env, "models", "--json").stdout)}
     assert models["v2run"]["aliases"] == ["champion"] and models["ok"]["aliases"] == []
-    assert "champion" in laketrain(env, "models").stdout
+    assert "champion" in cli(env, "models").stdout
 
 
 def test_lineage_reads_both_ways(trained: dict) -> None:
     env = trained["env"]
-    down = json.loads(laketrain(env, "lineage", "ok", "--json").stdout)
+    down = json.loads(cli(env, "lineage", "ok", "--json").stdout)
     assert down["kind"] == "run" and down["model"]["checkpoint_url"]
     assert down["version"]["version_id"] == trained["v1"]["version_id"]
     assert down["files"]["total"] == 60
     path = down["files"]["files"][0]["path"]
-    up = json.loads(laketrain(env, "lineage", path, "--json").stdout)
+    up = json.loads(cli(env, "lineage", path, "--json").stdout)
     assert up["kind"] == "file"
     holders = {v["version_id"]: {r["run_id"] for r in v["runs"]} for v in up["versions"]}
     assert holders[trained["v1"]["version_id"]] >= {"ok", "bad", "retry"}
     assert holders[trained["v2"]["version_id"]] == {"v2run"}
-    assert "→ run" in laketrain(env, "lineage", path).stdout
+    assert "→ run" in cli(env, "lineage", path).stdout
 
 
 def _final_weights(home: dict, run_id: str) -> dict:
@@ -189,7 +191,7 @@ def test_reproduce_gives_bitwise_equal_final_weights(trained: dict) -> None:
 
 
 def test_reproduce_print_gives_the_conf_and_env_for_another_launcher(trained: dict) -> None:
-    out = laketrain(trained["env"], "reproduce", "ok", "--print", "--run-id", "elsewhere").stdout
+    out = cli(trained["env"], "reproduce", "ok", "--print", "--run-id", "elsewhere").stdout
     conf_line = next(line for line in out.splitlines() if "--conf" in line)
     conf = json.loads(conf_line.split("--conf '", 1)[1].rstrip("'"))
     assert conf["dataset_version"] == trained["v1"]["version_id"]  # the id, never "latest"
@@ -209,6 +211,6 @@ def test_reproduce_warns_when_the_recorded_code_version_differs(trained: dict) -
         lock_sha256="f" * 64,
         store=store_of(trained),
     )
-    proc = laketrain(trained["env"], "reproduce", "bad", "--print")
+    proc = cli(trained["env"], "reproduce", "bad", "--print")
     assert "warning: code version differs" in proc.stderr
     assert "warning: requirements.lock differs" in proc.stderr
