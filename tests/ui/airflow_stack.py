@@ -18,7 +18,9 @@ USERS = {"admin": "admin", "viewer": "viewer"}
 
 
 class AirflowStack:
-    def __init__(self, home: Path, extra_env: dict[str, str]) -> None:
+    def __init__(
+        self, home: Path, extra_env: dict[str, str], db_template: Path | None = None
+    ) -> None:
         af = home / "airflow"
         af.mkdir(parents=True, exist_ok=True)
         passwords = af / "test_passwords.json"
@@ -45,9 +47,15 @@ class AirflowStack:
         self.url = self.cfg.url
         self.env = devstack.airflow_env(self.cfg)
         self.procs: list[devstack.Proc] = []
+        self.db_template = db_template
 
     def start(self, timeout: float = 150.0) -> None:
-        devstack.init_airflow(self.cfg, self.env, log=lambda _msg: None)
+        if self.db_template is not None:  # a copy of a database migrated once per process
+            from tests.orchestration.airflow_db import seed_home
+
+            seed_home(self.cfg.home, self.db_template)
+        else:
+            devstack.init_airflow(self.cfg, self.env, log=lambda _msg: None)
         self.procs = devstack.start_components(self.cfg, self.env)
         try:
             devstack.wait_healthy(
@@ -69,6 +77,8 @@ class AirflowStack:
         path = self.cfg.home / "logs" / f"{name}.log"
         return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
-    def stop(self) -> None:
-        devstack.stop_groups([(p.pid, p.create_time) for p in self.procs], self.cfg.grace_seconds)
+    def stop(self, grace_seconds: float = 2.0) -> None:
+        # Only at teardown, with everything read: 2 s, not the dev stack's graceful 15-20 s (the
+        # triggerer alone takes ~15 s to leave, Airflow waiting 10 s on its trigger runner).
+        devstack.stop_groups([(p.pid, p.create_time) for p in self.procs], grace_seconds)
         self.procs = []

@@ -41,7 +41,9 @@ def _metadata_url(home: Path) -> tuple[str, str | None]:
 
 
 @pytest.fixture(scope="package")
-def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIStack]:
+def ui_stack(
+    tmp_path_factory: pytest.TempPathFactory, airflow_db_template: Path
+) -> Iterator[UIStack]:
     """Airflow (api-server with the plugin, scheduler, dag-processor, triggerer) over two
     versions of digits built by the real pipeline."""
     from pipeline.metadata.store import MetadataStore
@@ -59,7 +61,7 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIStack]:
         built = build_two_versions(home / "lake", store)
         store.dispose()
     get_settings.cache_clear()
-    stack = AirflowStack(home, env)
+    stack = AirflowStack(home, env, db_template=airflow_db_template)
     try:
         # api-server, scheduler, dag-processor, triggerer: started together, the journey needs all.
         stack.start()

@@ -133,7 +133,7 @@ def test_training_journey_from_the_trigger_form_to_the_version_page(page, ui_sta
         state = page.request.get(f"{url}/api/v2/dags/train/dagRuns/{run_id}").json()["state"]
         if state in ("success", "failed"):
             break
-        time.sleep(2)
+        time.sleep(0.5)
     page.goto(f"{url}/dags/train/runs/{run_id}")
     page.wait_for_timeout(1500)
     page.screenshot(path=str(artifacts / "ui-6-run.png"))

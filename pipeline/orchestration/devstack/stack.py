@@ -102,10 +102,15 @@ class DevStack:
     def pid_file(self) -> Path:
         return self.cfg.home / PID_FILE  # type: ignore[operator]
 
-    def start(self, *, timeout: float = 180.0, prepare: bool = True) -> None:
+    def start(self, *, timeout: float = 180.0, prepare: bool = True, migrate: bool = True) -> None:
+        """``migrate=False``: the home already holds an Airflow database at head (the tests
+        copy one migrated once per test process)."""
         if prepare:
             prepare_lake(self.env, log=self.log)
-        init_airflow(self.cfg, self.env, log=self.log)
+        if migrate:
+            init_airflow(self.cfg, self.env, log=self.log)
+        else:
+            (self.cfg.home / "logs").mkdir(parents=True, exist_ok=True)  # type: ignore[operator]
         self.log(f"starting {', '.join(COMPONENTS)} on {HOST}:{self.cfg.port}")
         self.procs = start_components(self.cfg, self.env)
         self._write_pid_file()
