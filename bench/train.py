@@ -207,7 +207,8 @@ def api_figures(args: argparse.Namespace) -> list[str]:
     for _ in range(args.rounds):
         for every in (50, 0):
             res = run_json(
-                ["--figure", "checkpoint", "--every", str(every), "--steps", str(args.ckpt_steps)],
+                ["--figure", "checkpoint", "--every", str(every), "--steps", str(args.ckpt_steps)]
+                + ["--batch", str(args.batch)],  # the batch the table names
                 900,
             )
             if res is not None:

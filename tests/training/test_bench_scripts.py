@@ -61,6 +61,9 @@ def test_train_bench_api_figures_run_and_report_both_ratios() -> None:
             "55",
             "--api-epochs",
             "1",
+            # ResNet steps at batch 8: the smoke run checks the figures are made, not their size
+            "--batch",
+            "8",
         ],
         cwd=REPO,
         capture_output=True,
@@ -70,3 +73,4 @@ def test_train_bench_api_figures_run_and_report_both_ratios() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "**adapter / baseline**" in proc.stdout and "(target >= 0.95x)" in proc.stdout
     assert "**blocked / the 50 steps between checkpoints**" in proc.stdout
+    assert "(ResNet width 32, batch 8)" in proc.stdout
