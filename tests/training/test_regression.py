@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,14 +23,23 @@ RECIPE = (
 )
 
 
-@pytest.fixture
-def diabetes(lt_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+@pytest.fixture(scope="module")
+def diabetes_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The lake, the recipe and the built version, once for the module (the runs only read
+    the version; each run writes under its own RUN_ID)."""
     from sklearn.datasets import load_diabetes
 
-    from pipeline.datasets.build import build
-
+    home = tmp_path_factory.mktemp("diabetes_home")
+    env = {
+        "LAKETRAIN_HOME": str(home),
+        "LAKE_DIR": str(home / "lake"),
+        "DATA_ROOT": str(home / "data"),
+        "CHECKPOINT_URL": (home / "objects").as_uri(),
+        "SETTLE_SECONDS": "0",
+        "RECIPES_DIR": str(home / "recipes"),
+    }
     data = load_diabetes()
-    folder = lt_env / "lake" / "diabetes"
+    folder = home / "lake" / "diabetes"
     folder.mkdir(parents=True)
     header = ",".join([*data.feature_names, "target"])
     lines = [
@@ -37,17 +47,32 @@ def diabetes(lt_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         for row, t in zip(data.data, data.target, strict=True)
     ]
     (folder / "diabetes.csv").write_text(header + "\n" + "\n".join(lines) + "\n")
-    recipes = lt_env / "recipes"
-    recipes.mkdir(exist_ok=True)
-    (recipes / "diabetes.toml").write_text(RECIPE)
-    monkeypatch.setenv("RECIPES_DIR", str(recipes))
+    (home / "recipes").mkdir()
+    (home / "recipes" / "diabetes.toml").write_text(RECIPE)
+    from pipeline.datasets.build import build
+    from pipeline.settings import get_settings
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        mp.delenv("METADATA_DB_URL", raising=False)
+        get_settings.cache_clear()
+        version = build("diabetes")
+    get_settings.cache_clear()
+    assert version is not None and version.samples == 442
+    return env
+
+
+@pytest.fixture
+def diabetes(diabetes_home: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for key, value in diabetes_home.items():
+        monkeypatch.setenv(key, value)
     monkeypatch.delenv("METADATA_DB_URL", raising=False)
     from pipeline.settings import get_settings
 
     get_settings.cache_clear()
-    version = build("diabetes")
-    assert version is not None and version.samples == 442
-    return lt_env
+    yield Path(diabetes_home["LAKETRAIN_HOME"])
+    get_settings.cache_clear()
 
 
 def _train(home: Path, run_id: str, **train: object) -> tuple[dict, list[dict], str]:
