@@ -61,30 +61,33 @@ class FetchPass:
     def run(self, queue: list[CacheItem]) -> Pins:
         try:
             with self.stack:  # on the way out: the pool drained first, then fetch.lock
-                while queue or self.running:
-                    if queue:
-                        queue = self._admit(queue)
-                        continue
-                    done, _ = wait(self.running, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        item, fd = self.running.pop(fut)
-                        try:
-                            fut.result()
-                        except BaseException:
-                            os.close(fd)
-                            raise
-                        self.in_flight -= item.size
-                        fcntl.flock(fd, fcntl.LOCK_SH)  # written: a pin like any other now
-                        self.pins.add(fd)
-                        queue += self._next(item)
+                try:
+                    self._drain(queue)
+                except BaseException:
+                    if self.pool is not None:  # a failure: what has not started never starts
+                        self.pool.shutdown(wait=True, cancel_futures=True)
+                    raise
         except BaseException:
-            if self.pool is not None:  # (drained already unless the failure was ours)
-                self.pool.shutdown(wait=True, cancel_futures=True)
             for _item, fd in self.running.values():
                 os.close(fd)
             self.pins.close()
             raise
         return self.pins
+
+    def _drain(self, queue: list[CacheItem]) -> None:
+        while queue or self.running:
+            if queue:
+                queue = self._admit(queue)
+                continue
+            done, _ = wait(self.running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                item, fd = self.running[fut]
+                fut.result()  # a failed download: its fd is closed with the others'
+                del self.running[fut]
+                self.in_flight -= item.size
+                fcntl.flock(fd, fcntl.LOCK_SH)  # written: a pin like any other now
+                self.pins.add(fd)
+                queue += self._next(item)
 
     def _next(self, item: CacheItem) -> list[CacheItem]:
         return list(self.then(item)) if self.then is not None else []
