@@ -17,6 +17,7 @@ Both parts write one section of bench/RESULTS.md, ``bench/s3.py``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,15 +34,19 @@ def main() -> None:
     ap.add_argument("--objects", type=int, default=20_000, help="objects in the s3:// lake")
     ap.add_argument("--images", type=int, default=3000, help="samples in the s3:// version")
     args = ap.parse_args()
+    load_before = os.getloadavg()[0]
     parts = []
     if args.only in (None, "lake"):
         parts.append(("The lake on S3 (`bench/s3_lake.py`)", s3_lake.measure(args.objects)))
     if args.only in (None, "read"):
         parts.append(("Versions on S3 (`bench/s3_read.py`)", s3_read.measure(args.images)))
+    # moto, the client and the bare baseline share the machine's cores with whatever else
+    # runs: the load says how much the absolute times (not the request counts) are worth.
+    load = f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     body = (
         "moto_server on loopback: moto measures S3's behaviour, not its speed, so the figures "
         "are the requests and the ratios to a bare boto3 client doing the same work in the "
-        "same run.\n"
+        f"same run. Load average during the run: {load} ({os.cpu_count()} cores).\n"
     )
     for title, (what, rows, note) in parts:
         body += f"\n**{title}**: {what}.\n\n{figures_table(rows)}\n"
