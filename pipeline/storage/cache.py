@@ -13,9 +13,10 @@ Layout under the cache folder (``LAKETRAIN_CACHE_DIR``):
   bytes: the item's *state*, written once the item's bytes were checked (its size and each
   file's (size, mtime_ns, ctime_ns, inode)), emptied before it is deleted. Its mtime is the
   item's last use, the LRU order. State and lock share one file because creating a file is
-  the dearest step of a cold open on some disks (1 ms each on the CI machine's ext4, where a
-  cold open of a 3,000-sample version created ~190 files and folders): a state file beside
-  the lock, written by temp + rename, cost two more creations per item.
+  the dearest step of a cold open on some disks (0.02 to 1 ms each on the CI machine's, by
+  what else writes to it, one creation after another; a cold open of a 3,000-sample version
+  creates ~130 files and folders): a state file beside the lock, written by temp + rename,
+  cost two more creations per item.
 - ``fetch.lock``: held exclusively while a process fetches what it lacks (and evicts for it),
   so two processes opening the same version at once download it once, and the size bound is
   checked against what is really there.
