@@ -13,6 +13,7 @@ import pytest
 
 from tests.orchestration.test_dag_runs import write_digits_subset
 from tests.orchestration.test_end_to_end import (  # noqa: F401 (fixtures)
+    POLL,
     REPO,
     TIMEOUT,
     Stack,
@@ -63,7 +64,7 @@ def _awaiting(stack: Stack, answered: set[str], timeout: float = TIMEOUT) -> tup
                     # Airflow fails as a state changed externally.
                     time.sleep(5.0)
                     return rid, body
-        time.sleep(1.0)
+        time.sleep(POLL)
     pytest.fail(f"timed out waiting for the approve step\n{stack.logs_tail()}")
 
 
@@ -97,7 +98,7 @@ def _started_train(stack: Stack, before: set[str], timeout: float = TIMEOUT) -> 
             _, ti = stack.api.get(f"/api/v2/dags/train/dagRuns/{rid}/taskInstances/record_run")
             if isinstance(ti, dict) and ti.get("state") == "success":
                 return rid
-        time.sleep(1.0)
+        time.sleep(POLL)
     pytest.fail(f"no train run started on the approved version\n{stack.logs_tail()}")
 
 

@@ -34,6 +34,13 @@ from tests.s3_fixtures import (
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 240.0
+# How often the waits below look again: a REST call or a store query costs milliseconds, and a
+# 1 s sleep added up to half a second a wait, dozens of waits a module.
+POLL = 0.2
+# The stop at teardown: everything the tests read has been read, so the components get 2 s,
+# not the 20 s of `make stop` (the triggerer alone spends ~15 s leaving: Airflow waits 10 s
+# for its trigger runner, then the exit itself). test_7 stops the triggerer gracefully.
+TEARDOWN_GRACE = 2.0
 
 
 class Stack:
@@ -71,12 +78,12 @@ class Stack:
                         f"{dag_id} {run['dag_run_id']} failed\n{self.logs_tail()}"
                     )
                     return run
-            time.sleep(1.0)
+            time.sleep(POLL)
         pytest.fail(f"timed out waiting for {what}\n{self.logs_tail()}")
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, airflow_db_template: Path) -> Iterator[Stack]:
     from tests.conftest import PG_ADMIN_URL, _libpq, _pg_available
 
     if not _pg_available():
@@ -130,16 +137,25 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "SETTLE_SECONDS": "1",
         "LAKETRAIN_POLL_SECONDS": "1",
         "LAKETRAIN_KILL_GRACE_SECONDS": "10",
+        # Every new digits version trains by itself (auto_train), also the ones test_3 and
+        # test_7 make to test the watcher: with one run at a time, test_4's and test_8's runs
+        # queued ~40 s behind those. Two at once (three worker slots: two trainers and an
+        # ingest task) start them at once; nothing here tests the limit of one.
+        "LAKETRAIN_MAX_ACTIVE_TRAINING": "2",
     }
     from pipeline.metadata.store import open_store
 
     open_store(db_url)  # migrate once before four processes would race to
-    cfg = StackConfig(home=home / "airflow", port=free_port(), parallelism=2, extra_env=extra)
+    from tests.orchestration.airflow_db import seed_home
+
+    cfg = StackConfig(home=home / "airflow", port=free_port(), parallelism=3, extra_env=extra)
+    seed_home(cfg.home, airflow_db_template)
     st = DevStack(cfg, log=lambda line: print(line, flush=True))
     try:
-        st.start(prepare=False, timeout=180)
+        st.start(prepare=False, migrate=False, timeout=180)
         yield Stack(st, home, lake, s3, bucket, db_url)
     finally:
+        st.cfg.grace_seconds = TEARDOWN_GRACE
         st.stop()
         moto.stop()
         from pipeline.metadata.store import forget_store
@@ -230,7 +246,7 @@ def test_3_a_burst_in_three_waves_loses_nothing(stack: Stack, store) -> None:
         latest = list_versions("digits", store=store)[0]
         if latest["samples"] >= expected:
             break
-        time.sleep(1.0)
+        time.sleep(POLL)
     assert latest["samples"] == expected, stack.logs_tail()
     from pipeline.datasets.queries import versions_containing
 
@@ -331,7 +347,7 @@ def test_7_a_triggerer_restart_neither_misses_nor_refires(stack: Stack, store) -
     while time.monotonic() < deadline and any(
         r["state"] not in ("success", "failed") for r in stack.api.dag_runs("lake_ingest", limit=10)
     ):
-        time.sleep(1.0)
+        time.sleep(POLL)
     before_runs = ingest_runs()
     before = list_versions("digits", store=store)[0]
     stack.stack.stop_component("triggerer")
@@ -343,9 +359,12 @@ def test_7_a_triggerer_restart_neither_misses_nor_refires(stack: Stack, store) -
         latest = list_versions("digits", store=store)[0]
         if latest["samples"] > before["samples"]:
             break
-        time.sleep(1.0)
+        time.sleep(POLL)
     assert latest["samples"] == before["samples"] + 1, stack.logs_tail()  # not missed
-    time.sleep(8.0)  # several polls after the restart: the old state must not fire again
+    # Several polls after the restart (one a second): the old state must not fire again. A
+    # refire would come on the new triggerer's first polls, which ran before the ingest above
+    # finished; 4 s more is time for its run to appear.
+    time.sleep(4.0)
     new_runs = ingest_runs() - before_runs
     assert len(new_runs) == 1, new_runs
 
@@ -410,7 +429,7 @@ def test_8_marking_the_launch_failed_stops_the_trainer_cleanly(stack: Stack, sto
         )
         if state in ("success", "failed"):
             break
-        time.sleep(1.0)
+        time.sleep(POLL)
     assert state == "failed"
     row = get_run(run_id, store=store)
     # The trainer got SIGTERM through the launcher, saved a checkpoint and stopped (exit 75):
@@ -440,7 +459,7 @@ def test_9_two_datasets_in_one_ingest_both_get_trained(stack: Stack, store) -> N
         digits = list_versions("digits", store=store)
         if twin and digits[0]["version_id"] != digits_before:
             targets = {"twin": twin[0]["version_id"], "digits": digits[0]["version_id"]}
-        time.sleep(1.0)
+        time.sleep(POLL)
     assert len(targets) == 2, stack.logs_tail()
     deadline = time.monotonic() + TIMEOUT + 240
     while time.monotonic() < deadline:
@@ -451,7 +470,7 @@ def test_9_two_datasets_in_one_ingest_both_get_trained(stack: Stack, store) -> N
         }
         if all(final.values()):
             break
-        time.sleep(2.0)
+        time.sleep(POLL)
     assert final == {"twin": ["succeeded"], "digits": ["succeeded"]}, (
         [(r["dataset"], r["status"], r.get("error")) for rs in runs.values() for r in rs],
         stack.logs_tail(),
