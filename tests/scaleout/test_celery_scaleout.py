@@ -36,16 +36,25 @@ def _laketrain_env(lake: Path, data: Path, db_url: str, home: Path) -> dict[str,
     }
 
 
-def _py(code: str, env: dict[str, str]) -> str:
-    out = subprocess.run(
+def _start_py(code: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-c", code],
         env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", **env},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.strip().splitlines()[-1]
+
+
+def _result(proc: subprocess.Popen[str]) -> str:
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    return stdout.strip().splitlines()[-1]
+
+
+def _py(code: str, env: dict[str, str]) -> str:
+    return _result(_start_py(code, env))
 
 
 def _write_digits(lake: Path) -> int:
@@ -59,12 +68,29 @@ def _write_digits(lake: Path) -> int:
     reason="dags/lake_ingest.py not written yet",
 )
 def test_mapped_preprocessing_runs_on_both_workers_and_matches_a_single_machine_build(
-    tmp_path: Path, pg_databases: dict[str, str], redis_url: str
+    tmp_path: Path, pg_databases: dict[str, str], redis_url: str, request: pytest.FixtureRequest
 ) -> None:
     lake = tmp_path / "lake"
     n_files = _write_digits(lake)
     twin = tmp_path / "lake-twin"
     shutil.copytree(lake, twin)
+    # The same lake built on one machine, in a process of its own while the stack starts and
+    # runs (it shares nothing with it: its own lake copy, home, data root and SQLite store).
+    (tmp_path / "single-home").mkdir()
+    single_env = _laketrain_env(
+        twin,
+        tmp_path / "single-data",
+        f"sqlite:///{tmp_path / 'single.db'}",
+        tmp_path / "single-home",
+    )
+    single_build = _start_py(
+        "from pipeline.metadata.store import make_engine, upgrade; import os; "
+        "upgrade(make_engine(os.environ['METADATA_DB_URL'])); "
+        "from pipeline.lake.scan import scan; scan(); "
+        f"from pipeline.datasets.build import build; print(build({DATASET!r}).version_id)",
+        single_env,
+    )
+    request.addfinalizer(lambda: single_build.poll() is None and single_build.kill())
 
     # ---- the distributed run ----------------------------------------------------------------
     md_url = pg_databases["metadata"]
@@ -121,15 +147,5 @@ def test_mapped_preprocessing_runs_on_both_workers_and_matches_a_single_machine_
     )
     assert len(distributed) == 1, distributed
 
-    # ---- the same lake, built on one machine ---------------------------------------------------
-    single_env = _laketrain_env(
-        twin, tmp_path / "single-data", f"sqlite:///{tmp_path / 'single.db'}", tmp_path
-    )
-    single = _py(
-        "from pipeline.metadata.store import make_engine, upgrade; import os; "
-        "upgrade(make_engine(os.environ['METADATA_DB_URL'])); "
-        "from pipeline.lake.scan import scan; scan(); "
-        f"from pipeline.datasets.build import build; print(build({DATASET!r}).version_id)",
-        single_env,
-    )
-    assert distributed[0] == single
+    # ---- the same lake, built on one machine (started above) ---------------------------------
+    assert distributed[0] == _result(single_build)
