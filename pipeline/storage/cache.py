@@ -35,11 +35,13 @@ Ideas from mosaicml/streaming (``download.py``, ``eviction.py``); the code is la
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import logging
 import os
+import resource
 import secrets
 import shutil
 import threading
@@ -50,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.storage.errors import StorageError
+from pipeline.storage.open_files import FD_HEADROOM, raise_open_file_limit
 from pipeline.storage.urls import split_s3_url
 
 log = logging.getLogger("pipeline.storage.cache")
@@ -199,7 +202,30 @@ class ObjectCache:
         return self._locks / f"{self._name(item)}.lock"
 
     def _open_lock(self, item: CacheItem) -> int:
-        return os.open(self._lock_path(item), os.O_RDWR | os.O_CREAT, 0o644)
+        """Open ``item``'s lock file. A reader keeps it open (the pin), so past the soft
+        open-file limit less a headroom (sockets, temp files, the reader's own files), the
+        limit is raised first; at the hard limit, a clear error before any EMFILE elsewhere."""
+        path = self._lock_path(item)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.EMFILE:
+                raise
+            fd = -1
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if fd >= 0 and (soft == resource.RLIM_INFINITY or fd < soft - FD_HEADROOM):
+            return fd
+        if raise_open_file_limit():
+            return fd if fd >= 0 else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if 0 <= fd < soft - FD_HEADROOM // 4:
+            return fd  # at the hard limit, but room is left yet
+        if fd >= 0:
+            os.close(fd)
+        raise CacheError(
+            f"cannot pin {item.path.name} in the cache {self.root}: a reader holds one open "
+            f"lock file per cached object, and this process's open-file limit ({soft}, also "
+            "its hard limit) is nearly reached; raise it (ulimit -n)"
+        )
 
     # ---- state ------------------------------------------------------------------------------
 

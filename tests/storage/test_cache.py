@@ -255,3 +255,67 @@ def test_a_cache_of_the_older_format_is_emptied_once(moto_server, tmp_path):
     cache = ObjectCache(root, 10_000, S3Store())
     assert not old.exists() and not (root / "state").exists()
     assert cache.used_bytes() == 0
+
+
+_PIN_MANY = """
+import json, os, resource, sys
+from pathlib import Path
+from pipeline.storage import S3Store
+from pipeline.storage.cache import CacheError, CacheItem, ObjectCache, sha256_file
+
+specs, hard_too = json.loads(sys.argv[2]), sys.argv[3] == "hard"
+cache = ObjectCache(Path(sys.argv[1]), 10**9, S3Store())
+items = [
+    CacheItem(cache.path_of(u), ((u, ""),), n, lambda p, s=s: sha256_file(p) == s, s)
+    for u, s, n in specs
+]
+low = len(os.listdir("/proc/self/fd")) + 100  # room for 8 downloads, not for every pin
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (low, low if hard_too else hard))
+try:
+    pins = cache.fetch(items)
+except CacheError as exc:
+    print("ERROR", exc, flush=True)
+    sys.exit(3)
+print("PINNED", len(pins), "LIMIT", low, resource.getrlimit(resource.RLIMIT_NOFILE)[0], flush=True)
+"""
+
+
+@pytest.mark.parametrize("hard_too", [False, True], ids=["soft-limit", "hard-limit"])
+def test_more_pins_than_the_soft_open_file_limit(moto_server, tmp_path, hard_too):
+    """A reader pins every cached object with an open lock file (a million-sample version has
+    ~8,000 leaves): past a low soft limit it raises the limit; at the hard limit it fails with
+    an error that says what to raise, not an EMFILE from wherever the next open happens."""
+    import json
+
+    specs = []
+    for i in range(240):
+        data = f"object {i}".encode()
+        specs.append(
+            (
+                _put(moto_server, f"p/many/{i}.bin", data),
+                hashlib.sha256(data).hexdigest(),
+                len(data),
+            )
+        )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _PIN_MANY,
+            str(tmp_path / "c"),
+            json.dumps(specs),
+            "hard" if hard_too else "soft",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if hard_too:
+        assert out.returncode == 3, out.stderr
+        assert "open-file limit" in out.stdout and "ulimit -n" in out.stdout, out.stdout
+    else:
+        assert out.returncode == 0, out.stderr
+        _, pinned, _, low, now = out.stdout.split()
+        assert int(pinned) == 240 and int(now) > int(low)
