@@ -7,7 +7,8 @@ previous one. What it skipped is kept in ``skipped``; ``unusable`` then says whe
 checkpoints (a step folder or a pointer) none of which could be used, which the trainer must
 not take for a fresh run (TRAIN_RESUME). ``best_pointer`` is verified the same way (marker,
 sizes, sha256): a bad one is replaced by the best valid committed checkpoint by its marker's
-metric, or removed. ``start_fresh`` ignores the run's checkpoints (TRAIN_RESUME=never).
+metric, or removed (training/checkpoint_best.py decides which is best). ``start_fresh``
+ignores the run's checkpoints (TRAIN_RESUME=never).
 
 Saving never stalls on the network: ``save()`` writes a local snapshot (``torch.save`` to
 ``local_dir``, fast) and returns; a background thread hashes, uploads, writes the marker,
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.storage import ObjectStore, join, store_for
+from training.checkpoint_best import beats_best, verified_best_pointer
 from training.checkpoint_format import (
     MARKER,
     POINTERS,
@@ -45,7 +47,6 @@ from training.checkpoint_format import (
     load_verified,
     marker_bytes,
     read_json,
-    read_marker,
     snapshot_files,
     step_dir_name,
     step_folders,
@@ -189,16 +190,11 @@ class CheckpointManager:
             # high metric would otherwise outrank every new checkpoint for the rest of the run.
             self._best = self.best_pointer()
             self._best_loaded = True
-        best = self._best
-        metric = info["metric"]
-        better = info["is_best"] or (
-            metric is not None
-            and (best is None or best.get("metric") is None or metric > best["metric"])
-        )
+        better = beats_best(info, self._best)
         if better:
-            self._best = {"step": info["step"], "url": info["url"], "metric": metric}
+            self._best = {"step": info["step"], "url": info["url"], "metric": info["metric"]}
             self.store.write_bytes(join(self.run_url, "best"), json_bytes(self._best))
-        return bool(better)
+        return better
 
     def _apply_retention(self, current: int) -> None:
         committed = []
@@ -340,54 +336,9 @@ class CheckpointManager:
         return read_json(self.store, join(self.run_url, "latest"))
 
     def best_pointer(self) -> dict | None:
-        """The ``best`` pointer ({"step", "url", "metric"}), verified like a resume: its
-        checkpoint must be committed with matching checksums. A bad pointer is replaced by the
-        best valid committed checkpoint (by its marker's metric), or removed when there is none
-        (rank 0 only; other ranks just get the fallback)."""
-        url = join(self.run_url, "best")
-        pointer = read_json(self.store, url)
-        if pointer is None:
-            return None
-        reason = self._pointer_problem(pointer)
-        if reason is None:
-            return pointer
-        log.warning("the best pointer %s %s; looking for another best checkpoint", url, reason)
-        fallback = self._best_valid_checkpoint(exclude=pointer.get("step"))
-        if self.is_writer:
-            if fallback is None:
-                self.store.delete(url)
-            else:
-                self.store.write_bytes(url, json_bytes(fallback))
-        if fallback is None:
-            log.warning(
-                "no other checkpoint of run %s has a metric: best pointer removed", self.run_id
-            )
-        else:
-            log.warning("best checkpoint is now step %d at %s", fallback["step"], fallback["url"])
-        return fallback
-
-    def _pointer_problem(self, pointer: Any) -> str | None:
-        step = pointer.get("step") if isinstance(pointer, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            return f"is malformed ({pointer!r})"
-        if pointer.get("url") != self.step_url(step):
-            return f"names {pointer.get('url')!r}, not this run's step-{step}"
-        reason = self.verify_checkpoint(step)
-        return f"names checkpoint step {step}, which {reason}" if reason else None
-
-    def _best_valid_checkpoint(self, exclude: Any) -> dict | None:
-        candidates = []
-        for step in self.committed_steps():
-            if step == exclude:
-                continue
-            marker, _ = read_marker(self.store, self.step_url(step))
-            metric = (marker or {}).get("metric")
-            if isinstance(metric, int | float) and math.isfinite(metric):
-                candidates.append((float(metric), step))
-        for metric, step in sorted(candidates, reverse=True):
-            if self.verify_checkpoint(step) is None:
-                return {"step": step, "url": self.step_url(step), "metric": metric}
-        return None
+        """The ``best`` pointer ({"step", "url", "metric"}), verified like a resume; a bad one
+        is replaced by the best valid committed checkpoint, or removed (training.checkpoint_best)."""
+        return verified_best_pointer(self)
 
     def upload_file(self, name: str, local_path: Path) -> str | None:
         """Upload a file beside the checkpoints as ``<run_url>/<name>`` (synchronously).
