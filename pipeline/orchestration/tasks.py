@@ -345,6 +345,7 @@ def launch(params: TrainParams, *, run_id: str, version_id: str, context: Any = 
     launcher; return the exit code (local) or 0 (container operators raise on failure)."""
     from pipeline.orchestration import launchers
     from pipeline.orchestration.env_contract import command_argv
+    from pipeline.orchestration.local_launcher import run_local
     from pipeline.settings import get_settings, project_root
 
     env = trainer_env(params, run_id=run_id, version_id=version_id)
@@ -365,7 +366,7 @@ def launch(params: TrainParams, *, run_id: str, version_id: str, context: Any = 
     if params.launcher == "local":
         from pipeline.orchestration.usercode import user_argv
 
-        return launchers.run_local(
+        return run_local(
             env,
             emit=_emit,
             grace_seconds=cfg.kill_grace_seconds,

@@ -149,6 +149,7 @@ def launch(
     from pipeline.datasets.reader import open_version
     from pipeline.orchestration import launchers, results, tasks
     from pipeline.orchestration.env_contract import command_argv
+    from pipeline.orchestration.local_launcher import run_local
     from pipeline.orchestration.usercode import user_argv
     from pipeline.runs import record_run_started, repro
     from pipeline.settings import get_settings, project_root
@@ -207,10 +208,10 @@ def launch(
             },
             secret=dict(env.secret),
         )
-        code = launchers.run_local(client_env, emit=emit, grace_seconds=grace, command=argv_)
+        code = run_local(client_env, emit=emit, grace_seconds=grace, command=argv_)
         _record_image_digest(run_id, params.image, client_env.public)
     else:
-        code = launchers.run_local(
+        code = run_local(
             env,
             emit=emit,
             grace_seconds=grace,

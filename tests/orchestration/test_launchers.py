@@ -24,8 +24,8 @@ from pipeline.orchestration.launchers import (
     exit_outcome,
     kubernetes_kwargs,
     kubernetes_operator,
-    run_local,
 )
+from pipeline.orchestration.local_launcher import run_local
 
 FAKE = str(Path(__file__).with_name("fake_trainer.py"))
 SECRET = "lt-secret-DO-NOT-LOG-launchers"
@@ -116,7 +116,7 @@ TASK = textwrap.dedent(
     """
     import json, signal, sys
     from pipeline.orchestration.env_contract import TrainerEnv
-    from pipeline.orchestration.launchers import run_local
+    from pipeline.orchestration.local_launcher import run_local
     killed = []
     # what Airflow's task runner installs: SIGTERM -> task.on_kill()
     signal.signal(signal.SIGTERM, lambda s, f: killed.append(s))

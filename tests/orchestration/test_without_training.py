@@ -35,6 +35,7 @@ def test_the_airflow_side_imports_without_the_training_package() -> None:
     proc = _run(
         "import runpy, sys\n"
         "import pipeline.storage, pipeline.training_params, pipeline.orchestration.launchers\n"
+        "import pipeline.orchestration.local_launcher\n"
         "import pipeline.orchestration.env_contract, pipeline.orchestration.user_run\n"
         "import pipeline.orchestration.results, pipeline.runs.queries, pipeline.cli\n"
         "import pipeline.storage.s3\n"
