@@ -4,7 +4,8 @@ metrics, with `train_step`, `evaluate`, `state_dict`/`load_state_dict` and `fit`
 Everything that decides *what* is computed is restored from a checkpoint: weights, optimizer,
 scheduler, scaler, every RNG (per rank), the data's (epoch, cursor), the running epoch
 sums and the metric history. With deterministic algorithms on CPU, a run killed after any
-checkpoint and resumed ends bitwise equal to an uninterrupted one.
+checkpoint and resumed ends bitwise equal to an uninterrupted one. What the checkpoint holds
+and how it is put back is training/trainer_state.py; the val pass is training/evaluation.py.
 """
 
 from __future__ import annotations
@@ -19,37 +20,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from training.amp import AmpPlan
 from training.assembly import assemble
 from training.config import TrainConfig
 from training.device import release_cached_memory, resolve_device
-from training.distributed import DistInfo, all_reduce_sum, gather_objects
+from training.distributed import DistInfo, all_reduce_sum
+from training.evaluation import evaluate_val
 from training.guards import NonFiniteLossError, anomaly_trace, non_finite_error
 from training.losses import LOWER_IS_BETTER
-from training.metrics import memory_mb, peak_memory_mb, regression_metrics, regression_sums
+from training.metrics import memory_mb, peak_memory_mb
 from training.preemption import Preemption, StopRequested
 from training.recorder import RunReport
-from training.rng import capture_rng, restore_rng
+from training.trainer_state import EpochSums, load_trainer_state, summed_epoch, trainer_state
 
 log = logging.getLogger("training")
 
-STATE_FORMAT = 1
-
 
 # ------------------------------------------------------------------------------------ trainer
-@dataclass
-class EpochSums:
-    loss_sum: float = 0.0
-    correct: int = 0
-    seen: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"loss_sum": self.loss_sum, "correct": self.correct, "seen": self.seen}
-
-
 @dataclass
 class FitResult:
     status: str  # succeeded | preempted
@@ -131,77 +120,12 @@ class Trainer:
 
     # ------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """The checkpoint: everything needed to continue exactly (collective under DDP)."""
-        rng = gather_objects(capture_rng(self.device), self.dist)
-        # The epoch's running sums of every rank, added up: a resume on any world size then
-        # carries them on rank 0 alone (load_state_dict), and the epoch's mean stays right.
-        sums = self._summed_epoch()
-        return {
-            "format": STATE_FORMAT,
-            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": rng,
-            "step": self.step,
-            "epoch": self.epoch,
-            "data": self.data.state_dict(),
-            "epoch_sums": {
-                "loss_sum": float(sums[0]),
-                "correct": int(sums[1]),
-                "seen": int(sums[2]),
-            },
-            "best_metric": self.best_metric,
-            "best_step": self.best_step,
-            "metric_name": self.metric_name,
-            "last_val": dict(self.last_val),
-            **self.report.state_dict(),
-            "config": self.cfg.to_dict(),
-            "arch": self.arch,
-            "world_size": self.dist.world_size,
-            "torch_version": str(torch.__version__),
-            "device": str(self.device),
-            **{k: v for k, v in self.info.items() if k not in ("model",)},
-        }
-
-    def _summed_epoch(self) -> torch.Tensor:
-        """(loss sum, correct, seen) of the running epoch, added up over the ranks
-        (collective)."""
-        sums = [self.sums.loss_sum, self.sums.correct, self.sums.seen]
-        return all_reduce_sum(torch.tensor(sums, dtype=torch.float64), self.dist)
+        """The checkpoint: everything needed to continue exactly (collective under DDP;
+        training.trainer_state says what it holds)."""
+        return trainer_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"checkpoint format {state.get('format')!r} is not {STATE_FORMAT}")
-        if state.get("arch", self.arch) != self.arch:
-            raise ValueError(
-                f"checkpoint holds a {state['arch']} model, this run builds {self.arch}"
-            )
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        rngs = state["rng"]
-        if len(rngs) == self.dist.world_size:
-            restore_rng(rngs[self.dist.rank], self.device)
-        else:
-            log.warning(
-                "checkpoint was written by %d process(es), this run has %d: RNG streams restart from the seed",
-                len(rngs),
-                self.dist.world_size,
-            )
-            restore_rng(rngs[0], self.device)
-            torch.manual_seed(self.cfg.runtime.seed + 1_000_003 * self.dist.rank + self.step)
-        self.step = int(state["step"])
-        self.epoch = int(state["epoch"])
-        # "sampler": the state of checkpoints written before the public adapter.
-        self.data.load_state_dict(state["data"] if "data" in state else state["sampler"])
-        self.sums = EpochSums(**(state.get("epoch_sums", {}) if self.dist.is_main else {}))
-        self.best_metric, self.best_step = state.get("best_metric"), state.get("best_step")
-        self.last_val = dict(state.get("last_val", {}))
-        self.report.load_state_dict(state, up_to_step=self.step)
-        self.resumed_from = self.step
+        load_trainer_state(self, state)
 
     # ------------------------------------------------------------------------- steps
     def train_step(
@@ -265,44 +189,9 @@ class Trainer:
             indices = self.data.last_indices
         return non_finite_error(self.train_reader, self.step, self.epoch, loss, indices, **kw)
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
-        """Loss and accuracy on the val split, under eval() and no_grad(); the model is back in
-        train mode afterwards (asserted: BN in eval mode for the next step would silently train
-        on running statistics)."""
-        was_training = self.model.training
-        self.model.eval()
-        # Classification: CE sum, correct, n. Regression: loss sum, n, squared and absolute
-        # errors in the target's own unit (after the inverse of the target transform).
-        sums = torch.zeros(5 if self.regression else 3, dtype=torch.float64)
-        try:
-            self.val_data.set_epoch(0)
-            for xb, yb in self.val_data:
-                x = self.transform(xb.to(self.device))
-                y = yb.to(self.device)
-                with self.plan.autocast():
-                    logits = self.model(x)
-                if self.regression:
-                    sums += regression_sums(self.loss_fn, self.target, logits, y)
-                    continue
-                # Plain cross-entropy: comparable across loss options and label smoothing.
-                sums[0] += float(F.cross_entropy(logits.float(), y, reduction="sum"))
-                sums[1] += float((logits.argmax(-1) == y).sum())
-                sums[2] += y.numel()
-        finally:
-            self.model.train(was_training)
-        if self.model.training != was_training:
-            raise AssertionError("evaluate() did not restore the model's training mode")
-        all_reduce_sum(sums, self.dist)
-        if self.regression:
-            return regression_metrics(sums)
-        if sums[2] == 0:
-            return {}
-        return {
-            "val_loss": float(sums[0] / sums[2]),
-            "val_accuracy": float(sums[1] / sums[2]),
-            "val_samples": int(sums[2]),
-        }
+        """The val metrics, the model back in its training mode (training.evaluation)."""
+        return evaluate_val(self)
 
     def _metric_value(self, val: dict[str, Any]) -> float | None:
         """The best-checkpoint metric as "higher is better" (the manager's convention)."""
@@ -319,7 +208,7 @@ class Trainer:
     def _end_epoch(self) -> None:
         rt = self.cfg.runtime
         val = self.evaluate()
-        sums = self._summed_epoch()
+        sums = summed_epoch(self.sums, self.dist)
         seen = max(float(sums[2]), 1.0)
         record: dict[str, Any] = {
             "kind": "epoch",
