@@ -97,7 +97,7 @@ def bulk_insert_samples(raw, dialect: str, rows: list[tuple]) -> None:
 
 
 class _Sample:
-    """What chunks.write_tree reads of a sample (chunks.SampleLike)."""
+    """What chunkwrite.write_tree reads of a sample (chunks.SampleLike)."""
 
     __slots__ = (
         "path", "md5", "label", "split", "segment_id", "row", "size", "mtime_ns", "duplicate",
@@ -116,7 +116,7 @@ def record_chunked(store, data_root: Path, vid: str, rows: list[tuple], prev, ma
     """Record one version the way a commit does: its chunk tree written under ``data_root``
     (the parent's leaves offered), the new leaves' entries and the version's leaf list.
     Returns (tree, samples) for the next version to lean on."""
-    from pipeline.datasets import chunks
+    from pipeline.datasets import chunks, chunkwrite
     from pipeline.datasets.build.chunkrows import known_leaves, record_tree
     from pipeline.metadata.datasets import DatasetVersion
 
@@ -130,7 +130,9 @@ def record_chunked(store, data_root: Path, vid: str, rows: list[tuple], prev, ma
             for leaf, (start, _stop) in zip(tree.leaves, tree.bounds, strict=True)
         ]
     with store.session() as session:
-        tree = chunks.write_tree(data_root, samples, known=known_leaves(session), parent=offered)
+        tree = chunkwrite.write_tree(
+            data_root, samples, known=known_leaves(session), parent=offered
+        )
         manifest = {**manifest, "format_version": 2, "chunks": tree.manifest_section()}
         session.add(DatasetVersion(**_version_row(vid, manifest)))
         session.flush()

@@ -24,15 +24,17 @@ the .idx), named by the sha256 of its bytes. The manifest lists the nodes. Two l
 save less than it costs in reads.
 
 Every file is written once (temp name, fsync, rename); a name that exists is reused, never
-rewritten. The hard maxima bound a leaf or node when no boundary comes (p ≈ 1e-7 per leaf at
-16× the target), at the price of a run of forced cuts that may shift after an insertion.
+rewritten (the write is pipeline/datasets/chunkwrite.py's; this module owns the names, the
+cut rule, the encodings and the reads). The hard maxima bound a leaf or node when no
+boundary comes (p ≈ 1e-7 per leaf at 16× the target), at the price of a run of forced cuts
+that may shift after an insertion.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -40,7 +42,6 @@ from typing import Protocol
 import numpy as np
 
 from pipeline.datasets.manifest import ManifestError
-from pipeline.datasets.once_writer import OnceWriter
 
 # Average samples per leaf: ~200 bytes of metadata a sample makes a ~25 KB leaf, so a new
 # version of a million samples that adds 0.1 % rewrites ~1,000 leaves' worth at most (~25 MB)
@@ -295,113 +296,6 @@ def entries_of(samples: Sequence[SampleLike]) -> list[dict]:
         }
         for k, s in enumerate(samples)
     ]
-
-
-# ---- writing ----------------------------------------------------------------------------------
-
-
-def _cuts(
-    samples: Sequence[SampleLike],
-    parent: Sequence[tuple[LeafRef, bytes]] | None,
-    settled: dict[str, bytes] | None = None,
-) -> list[tuple[int, int, str, int, LeafRef | None]]:
-    """(start, stop, hash, size, the parent's leaf when it is one) of each leaf, by
-    leaf_bounds' rule. Walking from a cut, a sample that begins one of the parent's leaves
-    offers that leaf: if the next ``count`` samples format to its very bytes and a cut follows
-    them, it is that leaf (same bytes: same keys, so no cut inside it, as in the parent), and
-    its samples' keys need no hash. A leaf in ``settled`` (hash -> key of its last sample: the
-    commit knows no sample in its path range changed since the parent, build/changes.py) needs
-    no formatting either: its first and last keys in place and the cut after it suffice.
-    Anywhere else the rule runs sample by sample. Either way
-    every cut is the one leaf_bounds makes: the result is byte-identical to chunking from
-    scratch, which tests/datasets/test_chunks_reuse.py checks on random edits."""
-    offered = {key: leaf for leaf, key in parent or ()}
-    out: list[tuple[int, int, str, int, LeafRef | None]] = []
-    n = len(samples)
-    start = 0
-    while start < n:
-        leaf = offered.get(sample_key(samples[start])) if offered else None
-        if leaf is not None and start + leaf.count <= n:
-            stop = start + leaf.count
-            last = settled.get(leaf.hash) if settled else None
-            if (
-                last is not None
-                and sample_key(samples[stop - 1]) == last
-                and _cut_at(samples, start, stop - 1)
-            ):
-                out.append((start, stop, leaf.hash, leaf.bytes, leaf))
-                start = stop
-                continue
-            meta = meta_bytes(samples[start:stop])
-            if (
-                len(meta) == leaf.bytes
-                and hashlib.sha256(meta).hexdigest() == leaf.hash
-                and _cut_at(samples, start, stop - 1)
-            ):
-                out.append((start, stop, leaf.hash, leaf.bytes, leaf))
-                start = stop
-                continue
-        stop = next_cut(samples, start)
-        meta = meta_bytes(samples[start:stop])
-        out.append((start, stop, hashlib.sha256(meta).hexdigest(), len(meta), None))
-        start = stop
-    return out
-
-
-def write_tree(
-    data_root: Path,
-    samples: Sequence[SampleLike],
-    *,
-    known: Callable[[list[str]], dict[str, str]] | None = None,
-    parent: Sequence[tuple[LeafRef, bytes]] | None = None,
-    settled: dict[str, bytes] | None = None,
-) -> Tree:
-    """Cut ``samples`` into leaves and nodes and write the chunk files that do not exist yet.
-    ``known`` maps leaf hashes to the sha256 of their .idx for the leaves the store already
-    holds (their entries are recorded, their .idx need not be rebuilt); the others come back in
-    ``new_leaves`` with their entries. ``parent`` (the parent version's leaves, each with the
-    key of its first sample) lets an unchanged run of samples take the parent's leaves without
-    hashing its keys, and a ``settled`` one without formatting them (``_cuts``). Call under the segments guard (gc must not drop a reused
-    chunk before the version that references it is recorded)."""
-    # Pass 1: the leaves' names. Their bytes are not kept: a million samples make ~200 MB of
-    # metadata, and only the new leaves' bytes are needed again (pass 2 formats them again).
-    cuts = _cuts(samples, parent, settled)
-    fresh = [c[2] for c in cuts if c[4] is None]
-    have = known(fresh) if known is not None and fresh else {}
-    leaves: list[LeafRef] = []
-    new_leaves: list[tuple[LeafRef, list[dict]]] = []
-    written = 0
-    out = OnceWriter()
-    for start, stop, h, size, reused in cuts:
-        part = samples[start:stop]
-        meta_path = chunk_path(data_root, h, META_SUFFIX)
-        idx_path = chunk_path(data_root, h, INDEX_SUFFIX)
-        sha_idx = reused.sha256_idx if reused is not None else have.get(h)
-        if sha_idx is not None and meta_path.exists() and idx_path.exists():
-            leaves.append(LeafRef(h, len(part), size, sha_idx))
-            continue
-        idx = index_bytes(part)
-        # The index first (renamed first): a metadata part on disk means its index is too.
-        written += out.add(idx_path, idx) + out.add(meta_path, meta_bytes(part))
-        leaf = LeafRef(h, len(part), size, hashlib.sha256(idx).hexdigest())
-        leaves.append(leaf)
-        if sha_idx is None:
-            new_leaves.append((leaf, entries_of(part)))
-    nodes: list[NodeRef] = []
-    new_nodes: list[NodeRef] = []
-    for group in node_groups(leaves):
-        raw = node_bytes(group)
-        h = hashlib.sha256(raw).hexdigest()
-        path = chunk_path(data_root, h, NODE_SUFFIX)
-        n = out.add(path, raw)
-        node = NodeRef(h, sum(c.count for c in group), sum(c.bytes for c in group))
-        nodes.append(node)
-        if n:
-            new_nodes.append(node)
-        written += n
-    out.close()  # every chunk file durable before the caller writes a manifest naming it
-    bounds = [(c[0], c[1]) for c in cuts]
-    return Tree(leaves, nodes, new_leaves, new_nodes, written, bounds)
 
 
 # ---- reading ----------------------------------------------------------------------------------

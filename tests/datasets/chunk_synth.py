@@ -12,8 +12,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from pipeline.datasets import chunks
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.chunkwrite import write_tree
 from pipeline.metadata.datasets import (
     CHUNK_LEAF,
     CHUNK_NODE,
@@ -77,7 +77,7 @@ def add_version(
     manifest: dict = {"format_version": 2 if chunked else 1, "counts": {"samples": len(samples)}}
     with store.session() as s:
         if chunked and samples:
-            tree = chunks.write_tree(data_root, samples)
+            tree = write_tree(data_root, samples)
             manifest["chunks"] = tree.manifest_section()
             have = set(
                 s.scalars(

@@ -148,10 +148,10 @@ def test_an_incremental_version_is_the_version_the_same_lake_gives_from_scratch(
     a touch (only the metadata line changes), other bytes at a path."""
     import shutil
 
-    from pipeline.datasets import chunks
     from pipeline.datasets.build import build, chunkrows, committing
     from pipeline.datasets.build.assemble import _assemble
     from pipeline.datasets.build.planning import _current_files
+    from pipeline.datasets.chunkwrite import write_tree
     from pipeline.datasets.manifest import version_id_for
     from pipeline.datasets.recipes import load_recipe, load_sidecar
     from pipeline.datasets.version_rows import leaf_hashes
@@ -187,7 +187,7 @@ def test_an_incremental_version_is_the_version_the_same_lake_gives_from_scratch(
         files, processed = _current_files(session, "pets", recipe.recipe_hash)
         leaves = leaf_hashes(session, v2.version_id)
     samples, _invalid = _assemble(recipe, files, processed, load_sidecar(lake / "pets", recipe))
-    fresh = chunks.write_tree(tmp_path / "fresh", samples)
+    fresh = write_tree(tmp_path / "fresh", samples)
     assert [leaf.hash for leaf in fresh.leaves] == leaves
     assert (
         version_id_for("pets", recipe.recipe_hash, [(s.md5, s.label, s.split) for s in samples])

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.datasets import chunks as ck
+from pipeline.datasets.chunkwrite import write_tree
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,12 @@ def test_a_truncated_leaf_index_is_an_error_naming_the_file():
 
 def test_write_tree_writes_each_chunk_once_and_reuses_it(tmp_path):
     samples = _samples([f"f{i:05d}" for i in range(1500)])
-    first = ck.write_tree(tmp_path, samples)
+    first = write_tree(tmp_path, samples)
     assert sum(leaf.count for leaf in first.leaves) == 1500
     assert len(first.new_leaves) == len(first.leaves) > 1
     assert first.bytes_written > 0
     files = {p: p.stat().st_mtime_ns for p in (tmp_path / "chunks").rglob("*") if p.is_file()}
-    again = ck.write_tree(tmp_path, samples)
+    again = write_tree(tmp_path, samples)
     assert again.bytes_written == 0 and again.leaves == first.leaves and again.nodes == first.nodes
     assert {p: p.stat().st_mtime_ns for p in files} == files  # nothing rewritten
     # The walk from the manifest section gives back the same leaves, and the same samples.
@@ -95,16 +96,14 @@ def test_write_tree_writes_each_chunk_once_and_reuses_it(tmp_path):
 
 def test_a_known_leaf_is_not_reported_new(tmp_path):
     samples = _samples([f"f{i:04d}" for i in range(600)])
-    first = ck.write_tree(tmp_path, samples)
+    first = write_tree(tmp_path, samples)
     known = {leaf.hash: leaf.sha256_idx for leaf in first.leaves}
-    again = ck.write_tree(
-        tmp_path, samples, known=lambda hs: {h: known[h] for h in hs if h in known}
-    )
+    again = write_tree(tmp_path, samples, known=lambda hs: {h: known[h] for h in hs if h in known})
     assert again.new_leaves == [] and again.leaves == first.leaves
 
 
 def test_a_chunk_whose_bytes_do_not_match_its_name_is_refused(tmp_path):
-    tree = ck.write_tree(tmp_path, _samples([f"f{i}" for i in range(50)]))
+    tree = write_tree(tmp_path, _samples([f"f{i}" for i in range(50)]))
     leaf = tree.leaves[0]
     path = ck.chunk_path(tmp_path, leaf.hash, ck.META_SUFFIX)
     path.write_bytes(path.read_bytes() + b"x")
@@ -121,7 +120,7 @@ def test_a_chunk_whose_bytes_do_not_match_its_name_is_refused(tmp_path):
 
 
 def _leaf_set(tmp: Path, samples: list[S]) -> tuple[set[str], set[str], bool]:
-    tree = ck.write_tree(tmp, samples)
+    tree = write_tree(tmp, samples)
     forced = any(leaf.count >= ck.LEAF_MAX for leaf in tree.leaves)
     return {leaf.hash for leaf in tree.leaves}, {n.hash for n in tree.nodes}, forced
 
@@ -174,19 +173,19 @@ def test_the_same_samples_always_give_the_same_chunks(tmp_path_factory, names, l
     """Written twice, into two roots: the same leaves and nodes. A changed label of a path
     rewrites only that path's leaf."""
     base = _samples(names)
-    a = ck.write_tree(tmp_path_factory.mktemp("a"), base)
-    b = ck.write_tree(tmp_path_factory.mktemp("b"), list(base))
+    a = write_tree(tmp_path_factory.mktemp("a"), base)
+    b = write_tree(tmp_path_factory.mktemp("b"), list(base))
     assert a.leaves == b.leaves and a.nodes == b.nodes
     picked = {p % len(base) for p in label_changes}
     relabelled = [replace(s, label="zebra") if i in picked else s for i, s in enumerate(base)]
-    c = ck.write_tree(tmp_path_factory.mktemp("c"), relabelled)
+    c = write_tree(tmp_path_factory.mktemp("c"), relabelled)
     assert len({leaf.hash for leaf in c.leaves} - {leaf.hash for leaf in a.leaves}) <= len(picked)
 
 
 def test_files_in_a_new_top_folder_rewrite_no_existing_leaf(tmp_path):
     base = [S(f"ds/{c}/{i:05d}.png", f"{c}{i:031x}"[:32], row=i) for c in "ab" for i in range(900)]
-    before = {leaf.hash for leaf in ck.write_tree(tmp_path, base).leaves}
+    before = {leaf.hash for leaf in write_tree(tmp_path, base).leaves}
     added = [S(f"ds/ab/{i:05d}.png", f"f{i:031x}", row=i) for i in range(40)]  # sorts between
-    after = ck.write_tree(tmp_path, sorted(base + added, key=lambda s: s.path))
+    after = write_tree(tmp_path, sorted(base + added, key=lambda s: s.path))
     assert before <= {leaf.hash for leaf in after.leaves}
     assert all(ck.top_folder(s.path) in ("a", "b", "ab") for s in base + added)

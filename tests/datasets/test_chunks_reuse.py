@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.datasets import chunks
+from pipeline.datasets.chunkwrite import write_tree
 from tests.datasets.chunk_synth import S, image, md5, ordered
 
 FOLDERS = ["cat", "dog", "owl"]
@@ -78,10 +79,10 @@ def test_reusing_the_parents_leaves_gives_the_chunks_of_a_fresh_chunking(
     old = base(n)
     new = edit(old, seed, k)
     shared = tmp_path_factory.mktemp("shared")
-    parent_tree = chunks.write_tree(shared, old)
-    got = chunks.write_tree(shared, new, parent=offered(parent_tree, old))
+    parent_tree = write_tree(shared, old)
+    got = write_tree(shared, new, parent=offered(parent_tree, old))
     fresh_root = tmp_path_factory.mktemp("fresh")
-    want = chunks.write_tree(fresh_root, new)
+    want = write_tree(fresh_root, new)
     assert got.leaves == want.leaves and got.nodes == want.nodes
     assert got.bounds == want.bounds == chunks.leaf_bounds(new)
     # The chunk files of the new version are those a fresh chunking writes, byte for byte.
@@ -91,7 +92,7 @@ def test_reusing_the_parents_leaves_gives_the_chunks_of_a_fresh_chunking(
 
 def test_an_unchanged_run_takes_the_parents_leaves_without_the_cut_rule(tmp_path, monkeypatch):
     old = base(3000)
-    tree = chunks.write_tree(tmp_path, old)
+    tree = write_tree(tmp_path, old)
     ruled: list[int] = []
     real = chunks.next_cut
 
@@ -101,10 +102,10 @@ def test_an_unchanged_run_takes_the_parents_leaves_without_the_cut_rule(tmp_path
         return stop
 
     monkeypatch.setattr(chunks, "next_cut", spy)
-    again = chunks.write_tree(tmp_path, old, parent=offered(tree, old))
+    again = write_tree(tmp_path, old, parent=offered(tree, old))
     assert again.leaves == tree.leaves and ruled == []
     # One new file in one folder: only the leaf it falls in runs the rule (plus, at most,
     # the one after it when the cut moved).
     grown = ordered([*old, image("pets/dog/01000x.png", "dog")])
-    chunks.write_tree(tmp_path, grown, parent=offered(tree, old))
+    write_tree(tmp_path, grown, parent=offered(tree, old))
     assert 0 < sum(ruled) <= 2 * chunks.LEAF_MAX and len(ruled) <= 2

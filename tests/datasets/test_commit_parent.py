@@ -85,6 +85,7 @@ def test_a_commit_on_a_chunked_parent_writes_the_version_a_fresh_commit_writes(
     # The same leaves from scratch: every leaf file the parts list names is the chunking of
     # the version's samples with nothing offered.
     from pipeline.datasets import chunks
+    from pipeline.datasets.chunkwrite import write_tree
     from pipeline.datasets.reader import open_version
 
     r = open_version("pets", v2.version_id, store=store)
@@ -102,7 +103,7 @@ def test_a_commit_on_a_chunked_parent_writes_the_version_a_fresh_commit_writes(
             self.mtime_ns, self.duplicate = m["mtime_ns"], m["duplicate"]
             self.line, self.copy = m.get("line"), m.get("copy", 0)
 
-    fresh = chunks.write_tree(home / "fresh", [_S(m) for m in rows])
+    fresh = write_tree(home / "fresh", [_S(m) for m in rows])
     assert parts == "".join(
         chunks.chunk_relpath(leaf.hash, chunks.META_SUFFIX) + "\n" for leaf in fresh.leaves
     )

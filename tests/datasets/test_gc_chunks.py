@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.chunkwrite import write_tree
 from pipeline.datasets.gc import collect
 from pipeline.metadata.datasets import Chunk, ChunkEntry, VersionChunk
 from tests.datasets.chunk_synth import add_version, image, ordered
@@ -22,7 +23,7 @@ from tests.datasets.test_queries_chunks import lake, mutate
 
 def tree_hashes(tmp: Path, samples) -> set[str]:
     """The brute force: every leaf and node of ``samples``' tree, cut afresh elsewhere."""
-    tree = ch.write_tree(tmp, ordered(samples))
+    tree = write_tree(tmp, ordered(samples))
     return {leaf.hash for leaf in tree.leaves} | {n.hash for n in tree.nodes}
 
 
@@ -95,7 +96,7 @@ def test_unrecorded_chunk_files_go_once_old_and_a_young_folder_keeps_its_chunks(
     data_root = lt_env / "data"
     ids, samples = four_versions(store, data_root)
     # A build killed after writing chunks, before recording them: old files, no rows.
-    lost = ch.write_tree(data_root, ordered([image("pets/lost/1.png", "cat")]))
+    lost = write_tree(data_root, ordered([image("pets/lost/1.png", "cat")]))
     old = time.time() - 7200
     lost_hashes = {leaf.hash for leaf in lost.leaves} | {n.hash for n in lost.nodes}
     for h in lost_hashes:
@@ -105,7 +106,7 @@ def test_unrecorded_chunk_files_go_once_old_and_a_young_folder_keeps_its_chunks(
                 os.utime(p, (old, old))
     # A build in flight that published a folder and has not recorded it yet, reusing the
     # chunks of the version gc is about to drop (the lake went back to that content).
-    tree = ch.write_tree(data_root, ordered(samples[1]))
+    tree = write_tree(data_root, ordered(samples[1]))
     folder = mf.version_dir(data_root, "pets", "f" * 64)
     folder.mkdir(parents=True)
     (folder / mf.MANIFEST).write_text(json.dumps({"chunks": tree.manifest_section()}))

@@ -71,7 +71,7 @@ def test_split_views_partition_the_version_and_do_not_leak(two_versions):
 
 def test_check_leakage_finds_an_md5_in_both_splits(two_versions, home, tmp_path):
     from pipeline.datasets.checks import check_leakage
-    from pipeline.datasets.chunks import write_tree
+    from pipeline.datasets.chunkwrite import write_tree
     from pipeline.datasets.reader import VersionReader, open_version
 
     r = open_version("pets")

@@ -56,7 +56,7 @@ def _stored(session: Session, kind: str, hashes: list[str]) -> dict[str, str | N
 
 
 def known_leaves(session: Session) -> Callable[[list[str]], dict[str, str]]:
-    """For chunks.write_tree: the leaves the store already holds, with their .idx checksum."""
+    """For chunkwrite.write_tree: the leaves the store already holds, with their .idx checksum."""
 
     def lookup(hashes: list[str]) -> dict[str, str]:
         return {h: sha for h, sha in _stored(session, CHUNK_LEAF, hashes).items() if sha}
@@ -71,7 +71,7 @@ class _Key(NamedTuple):
 
 
 def leaf_keys(session: Session, data_root: Path, manifest: dict) -> list[tuple[LeafRef, bytes]]:
-    """For chunks.write_tree's ``parent``: a chunked version's leaves, each with the key of its
+    """For chunkwrite.write_tree's ``parent``: a chunked version's leaves, each with the key of its
     first sample (one chunk_entries row per leaf, not per sample)."""
     leaves = walk_leaves(data_root, manifest["chunks"])
     first: dict[str, bytes] = {}
@@ -91,7 +91,7 @@ def leaf_keys(session: Session, data_root: Path, manifest: dict) -> list[tuple[L
 def settled_leaves(
     session: Session, leaves: list[LeafRef], affected: list[str]
 ) -> dict[str, bytes]:
-    """For chunks.write_tree's ``settled``: the parent's leaves whose path range (first sample's
+    """For chunkwrite.write_tree's ``settled``: the parent's leaves whose path range (first sample's
     path to last's) holds none of the sorted ``affected`` paths, each with its last sample's key
     (two chunk_entries rows per leaf: its first and its last)."""
     unique = sorted({leaf.hash for leaf in leaves})

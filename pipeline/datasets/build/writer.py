@@ -16,7 +16,8 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.values import (
     _Sample,
 )
-from pipeline.datasets.chunks import META_SUFFIX, LeafRef, Tree, chunk_relpath, write_tree
+from pipeline.datasets.chunks import META_SUFFIX, LeafRef, Tree, chunk_relpath
+from pipeline.datasets.chunkwrite import write_tree
 from pipeline.datasets.crash_points import pause_hook
 from pipeline.storage.durable import fsync_dir
 

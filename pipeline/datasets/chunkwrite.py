@@ -1,0 +1,139 @@
+"""Writing a version's chunk tree: cut its samples into leaves (taking the parent's leaves
+where a run of samples is unchanged), group them into nodes, and write the chunk files that do
+not exist yet, once each.
+
+The format, the cut rule and the reading side are pipeline/datasets/chunks.py's; this module
+owns only the write, whose result must be byte-identical to chunking from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+# The cut rule is read through the module (chunks.next_cut, chunks._cut_at), not imported by
+# name: tests/datasets/test_chunks_reuse.py spies on chunks.next_cut to check that an
+# unchanged run takes the parent's leaves without running the rule.
+from pipeline.datasets import chunks
+from pipeline.datasets.chunks import (
+    INDEX_SUFFIX,
+    META_SUFFIX,
+    NODE_SUFFIX,
+    LeafRef,
+    NodeRef,
+    SampleLike,
+    Tree,
+    chunk_path,
+    entries_of,
+    index_bytes,
+    meta_bytes,
+    node_bytes,
+    node_groups,
+    sample_key,
+)
+from pipeline.datasets.once_writer import OnceWriter
+
+
+def _cuts(
+    samples: Sequence[SampleLike],
+    parent: Sequence[tuple[LeafRef, bytes]] | None,
+    settled: dict[str, bytes] | None = None,
+) -> list[tuple[int, int, str, int, LeafRef | None]]:
+    """(start, stop, hash, size, the parent's leaf when it is one) of each leaf, by
+    leaf_bounds' rule. Walking from a cut, a sample that begins one of the parent's leaves
+    offers that leaf: if the next ``count`` samples format to its very bytes and a cut follows
+    them, it is that leaf (same bytes: same keys, so no cut inside it, as in the parent), and
+    its samples' keys need no hash. A leaf in ``settled`` (hash -> key of its last sample: the
+    commit knows no sample in its path range changed since the parent, build/changes.py) needs
+    no formatting either: its first and last keys in place and the cut after it suffice.
+    Anywhere else the rule runs sample by sample. Either way
+    every cut is the one leaf_bounds makes: the result is byte-identical to chunking from
+    scratch, which tests/datasets/test_chunks_reuse.py checks on random edits."""
+    offered = {key: leaf for leaf, key in parent or ()}
+    out: list[tuple[int, int, str, int, LeafRef | None]] = []
+    n = len(samples)
+    start = 0
+    while start < n:
+        leaf = offered.get(sample_key(samples[start])) if offered else None
+        if leaf is not None and start + leaf.count <= n:
+            stop = start + leaf.count
+            last = settled.get(leaf.hash) if settled else None
+            if (
+                last is not None
+                and sample_key(samples[stop - 1]) == last
+                and chunks._cut_at(samples, start, stop - 1)
+            ):
+                out.append((start, stop, leaf.hash, leaf.bytes, leaf))
+                start = stop
+                continue
+            meta = meta_bytes(samples[start:stop])
+            if (
+                len(meta) == leaf.bytes
+                and hashlib.sha256(meta).hexdigest() == leaf.hash
+                and chunks._cut_at(samples, start, stop - 1)
+            ):
+                out.append((start, stop, leaf.hash, leaf.bytes, leaf))
+                start = stop
+                continue
+        stop = chunks.next_cut(samples, start)
+        meta = meta_bytes(samples[start:stop])
+        out.append((start, stop, hashlib.sha256(meta).hexdigest(), len(meta), None))
+        start = stop
+    return out
+
+
+def write_tree(
+    data_root: Path,
+    samples: Sequence[SampleLike],
+    *,
+    known: Callable[[list[str]], dict[str, str]] | None = None,
+    parent: Sequence[tuple[LeafRef, bytes]] | None = None,
+    settled: dict[str, bytes] | None = None,
+) -> Tree:
+    """Cut ``samples`` into leaves and nodes and write the chunk files that do not exist yet.
+    ``known`` maps leaf hashes to the sha256 of their .idx for the leaves the store already
+    holds (their entries are recorded, their .idx need not be rebuilt); the others come back in
+    ``new_leaves`` with their entries. ``parent`` (the parent version's leaves, each with the
+    key of its first sample) lets an unchanged run of samples take the parent's leaves without
+    hashing its keys, and a ``settled`` one without formatting them (``_cuts``). Call under the segments guard (gc must not drop a reused
+    chunk before the version that references it is recorded)."""
+    # Pass 1: the leaves' names. Their bytes are not kept: a million samples make ~200 MB of
+    # metadata, and only the new leaves' bytes are needed again (pass 2 formats them again).
+    cuts = _cuts(samples, parent, settled)
+    fresh = [c[2] for c in cuts if c[4] is None]
+    have = known(fresh) if known is not None and fresh else {}
+    leaves: list[LeafRef] = []
+    new_leaves: list[tuple[LeafRef, list[dict]]] = []
+    written = 0
+    out = OnceWriter()
+    for start, stop, h, size, reused in cuts:
+        part = samples[start:stop]
+        meta_path = chunk_path(data_root, h, META_SUFFIX)
+        idx_path = chunk_path(data_root, h, INDEX_SUFFIX)
+        sha_idx = reused.sha256_idx if reused is not None else have.get(h)
+        if sha_idx is not None and meta_path.exists() and idx_path.exists():
+            leaves.append(LeafRef(h, len(part), size, sha_idx))
+            continue
+        idx = index_bytes(part)
+        # The index first (renamed first): a metadata part on disk means its index is too.
+        written += out.add(idx_path, idx) + out.add(meta_path, meta_bytes(part))
+        leaf = LeafRef(h, len(part), size, hashlib.sha256(idx).hexdigest())
+        leaves.append(leaf)
+        if sha_idx is None:
+            new_leaves.append((leaf, entries_of(part)))
+    nodes: list[NodeRef] = []
+    new_nodes: list[NodeRef] = []
+    for group in node_groups(leaves):
+        raw = node_bytes(group)
+        h = hashlib.sha256(raw).hexdigest()
+        path = chunk_path(data_root, h, NODE_SUFFIX)
+        n = out.add(path, raw)
+        node = NodeRef(h, sum(c.count for c in group), sum(c.bytes for c in group))
+        nodes.append(node)
+        if n:
+            new_nodes.append(node)
+        written += n
+    out.close()  # every chunk file durable before the caller writes a manifest naming it
+    bounds = [(c[0], c[1]) for c in cuts]
+    return Tree(leaves, nodes, new_leaves, new_nodes, written, bounds)
