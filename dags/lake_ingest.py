@@ -87,8 +87,8 @@ def lake_ingest():
     def scan(**context) -> list[str]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from pipeline.orchestration.ingest_tasks import scan_lake
         from pipeline.orchestration.refusals import RunRefused, check_conf_keys
-        from pipeline.orchestration.tasks import scan_lake
 
         try:
             # It reads no conf: a {"dataset": ...} would be ignored without a word.
@@ -99,13 +99,13 @@ def lake_ingest():
 
     @task
     def plan(datasets: list[str]) -> list[dict]:
-        from pipeline.orchestration.tasks import plan_shards
+        from pipeline.orchestration.ingest_tasks import plan_shards
 
         return plan_shards(datasets)
 
     @task(map_index_template="{{ task.op_kwargs['shard']['dataset'] }}")
     def process(shard: dict) -> dict:
-        from pipeline.orchestration.tasks import process_shard
+        from pipeline.orchestration.ingest_tasks import process_shard
 
         return process_shard(shard)
 
@@ -117,7 +117,8 @@ def lake_ingest():
         map_index_template="{{ task.op_kwargs['dataset'] }}",
     )
     def commit(dataset: str, segments: list[dict] | None = None):
-        from pipeline.orchestration.tasks import commit_dataset, dataset_asset_uri
+        from pipeline.orchestration.ingest_tasks import commit_dataset
+        from pipeline.orchestration.tasks import dataset_asset_uri
 
         # One slice request: iterating the lazy XCom sequence would probe past its end (an
         # "XCom not found" error line in the log for nothing).

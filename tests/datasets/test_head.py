@@ -127,7 +127,7 @@ def test_gc_keeps_the_head_whatever_keep_last_says(store, home):
 
 
 def test_the_ingest_commit_task_emits_the_move_back_once(store, home, caplog):
-    from pipeline.orchestration.tasks import commit_dataset
+    from pipeline.orchestration.ingest_tasks import commit_dataset
 
     a, b = _a_then_b_then_back(store, home)
     from pipeline.lake.scan import scan

@@ -174,17 +174,17 @@ def test_server_killed_mid_build_fails_the_shard_naming_the_url_and_publishes_no
 
 
 def test_the_ingest_tasks_scan_process_and_commit_an_s3_lake(s3_lake, store, lt_env, caplog):
-    """What the lake_ingest DAG's tasks run (pipeline.orchestration.tasks), on an S3 lake."""
-    from pipeline.orchestration import tasks
+    """What the lake_ingest DAG's tasks run (pipeline.orchestration.ingest_tasks), on an S3 lake."""
+    from pipeline.orchestration import ingest_tasks
 
     image_objects(s3_lake, lt_env, per_class=2)
     s3_lake.put("pets//bad.jpg", b"bad")
     caplog.set_level("INFO", logger="laketrain.orchestration")
-    scanned = tasks.scan_lake()
+    scanned = ingest_tasks.scan_lake()
     assert scanned["datasets"] == ["pets"] and scanned["summary"]["new"] == 4
     assert "pets//bad.jpg" in caplog.text  # the refused key is named in the scan's log
-    shards = tasks.plan_shards(scanned["datasets"])
-    refs = [tasks.process_shard(s) for s in shards]
-    extra = tasks.commit_dataset("pets", refs)
+    shards = ingest_tasks.plan_shards(scanned["datasets"])
+    refs = [ingest_tasks.process_shard(s) for s in shards]
+    extra = ingest_tasks.commit_dataset("pets", refs)
     assert extra is not None and extra["samples"] == 4
     assert set(s3_lake.proxy.ops(s3_lake.s3.bucket)) <= READ_OPS

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.orchestration import approval, tasks
+from pipeline.orchestration import approval, ingest_tasks, tasks
 from tests.datasets.conftest import SMALL_IMAGE_RECIPE, image_lake, write_jpeg, write_recipe
 
 ASK = SMALL_IMAGE_RECIPE + "\n[quality]\nmin_val_samples = 1000\napproval = 'on_failure'\n"
@@ -19,9 +19,9 @@ def _ingest(dataset: str = "pets") -> dict | None:
     """scan + commit as lake_ingest runs them (the commit builds what plan/process left)."""
     from pipeline.datasets import build
 
-    tasks.scan_lake()
+    ingest_tasks.scan_lake()
     segments = [build.process(s).to_dict() for s in build.plan(dataset)]
-    return tasks.commit_dataset(dataset, segments)
+    return ingest_tasks.commit_dataset(dataset, segments)
 
 
 def _held(home: Path, recipe: str = ASK) -> tuple[dict, str]:
@@ -30,7 +30,7 @@ def _held(home: Path, recipe: str = ASK) -> tuple[dict, str]:
     assert first is not None
     write_recipe(home, "pets", recipe)
     write_jpeg(home / "lake" / "pets" / "cat" / "new.jpg", seed=4242)
-    return first, tasks.commit_dataset("pets", [])
+    return first, ingest_tasks.commit_dataset("pets", [])
 
 
 def _held_version(store) -> dict:
@@ -43,7 +43,7 @@ def test_a_held_version_fires_no_dataset_event_and_waits_for_approval(
     store, lt_env: Path, caplog
 ) -> None:
     caplog.set_level("WARNING", logger="laketrain.orchestration")
-    tasks.scan_lake()
+    ingest_tasks.scan_lake()
     first, _ = _held(lt_env)
     extra = _ingest()
     assert extra is None  # no event: auto-training must not start
@@ -71,7 +71,7 @@ def test_approve_answer_makes_it_latest_and_gives_the_event(store, lt_env: Path)
     held = _held_version(store)
     ask = approval.pending_reviews(["pets"])[0]
     extra = approval.decide(ask["version"], True, who="admin")
-    assert extra == tasks.version_event_extra({**held, "samples": held["samples"]})
+    assert extra == ingest_tasks.version_event_extra({**held, "samples": held["samples"]})
     assert get_version("latest", dataset="pets", store=store)["version_id"] == held["version_id"]
     assert approval.pending_reviews(["pets"]) == []
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.orchestration import tasks
+from pipeline.orchestration import ingest_tasks
 
 RECIPE = 'modality = "image"\n[image]\nsize = 8\nchannels = 1\n[labels]\nrule = "parent_dir"\n'
 
@@ -33,17 +33,17 @@ def ingest(caplog: pytest.LogCaptureFixture) -> dict[str, str]:
     logs = {}
     with caplog.at_level(logging.INFO, logger="laketrain.orchestration"):
         caplog.clear()
-        datasets = tasks.scan_lake()["datasets"]
+        datasets = ingest_tasks.scan_lake()["datasets"]
         logs["scan"] = caplog.text
         caplog.clear()
-        shards = tasks.plan_shards(datasets)
+        shards = ingest_tasks.plan_shards(datasets)
         segments = []
         for shard in shards:
-            segments.append(tasks.process_shard(shard))
+            segments.append(ingest_tasks.process_shard(shard))
         logs["process"] = caplog.text
         for name in datasets:
             caplog.clear()
-            tasks.commit_dataset(name, segments)
+            ingest_tasks.commit_dataset(name, segments)
             logs[f"commit {name}"] = caplog.text
     return logs
 
@@ -67,7 +67,7 @@ def test_a_corrupt_and_an_empty_png_are_named_with_their_reasons(
     # The next scan knows them as invalid and names them too.
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="laketrain.orchestration"):
-        tasks.scan_lake()
+        ingest_tasks.scan_lake()
     assert "invalid file: digits/1/corrupt.png: " in caplog.text
     assert "invalid file: digits/1/empty.png: " in caplog.text
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.orchestration import tasks
+from pipeline.orchestration import ingest_tasks, tasks
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_version_event_extra_has_exactly_the_announced_fields() -> None:
         "val": 1,
         "path": "/x",
     }
-    assert tasks.version_event_extra(version) == {
+    assert ingest_tasks.version_event_extra(version) == {
         "dataset": "d",
         "version_id": "v",
         "tag": "t",
