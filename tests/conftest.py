@@ -236,3 +236,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         modules.values(), key=lambda m: not any(i.get_closest_marker("slow") for i in m)
     )  # a stable sort: collection order within each half
     items[:] = [item for module in slow_first for item in module]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Drop the databases the pool still holds: an xdist worker may leave without atexit."""
+    _PG_POOL.close()

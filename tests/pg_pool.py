@@ -143,9 +143,10 @@ class PgDatabasePool:
 
     def close(self) -> None:
         """End of the test process: drop whatever is left, then stop the thread."""
-        with self._lock:
-            left = [n for names in self._recycled.values() for n in names]
+        with self._lock:  # the recycled ones, and any a test took and never gave back
+            left = [n for names in self._recycled.values() for n in names] + list(self._made_from)
             self._recycled.clear()
+            self._made_from.clear()
         for name in left:
             self._drop_later(name)
         if self._thread is not None:
