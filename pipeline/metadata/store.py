@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
+import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,13 +67,36 @@ def _unavailable_hook(url: str):  # -> a handle_error listener
     return on_error
 
 
-def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
-    cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
-    # WAL lets readers (the UI, the CLI) go on while a scan or a build writes.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
+def _sqlite_pragmas(busy_timeout_s: float):  # -> a "connect" listener
+    def on_connect(dbapi_conn: object, _record: object) -> None:
+        cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
+        # WAL lets readers (the UI, the CLI) go on while a scan or a build writes.
+        _retry_while_locked(lambda: cursor.execute("PRAGMA journal_mode=WAL"), busy_timeout_s)
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return on_connect
+
+
+def _retry_while_locked(statement, timeout_s: float) -> None:
+    """Run ``statement``, retrying while SQLite says the file is locked. Switching a fresh file
+    to WAL needs its exclusive lock, and SQLite answers "database is locked" at once, without
+    calling the busy handler, when another process is switching it at the same instant (several
+    processes opening a new store together): the busy timeout alone does not cover it."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        try:
+            statement()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.2)
 
 
 def make_engine(url: str, *, busy_timeout_s: float = 600.0) -> Engine:
@@ -79,7 +105,7 @@ def make_engine(url: str, *, busy_timeout_s: float = 600.0) -> Engine:
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": busy_timeout_s})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_pragmas(busy_timeout_s))
     else:
         connect_args = (
             {} if "connect_timeout" in parsed.query else {"connect_timeout": CONNECT_TIMEOUT_S}

@@ -230,3 +230,41 @@ def test_a_store_from_a_newer_laketrain_is_refused_and_left_as_it_is(db_url, lt_
         assert "newer laketrain" in out.stderr and "Traceback" not in out.stderr
     assert current_revision(engine) == "9999_from_the_future"
     engine.dispose()
+
+
+def test_switching_to_wal_is_retried_while_another_process_holds_the_lock():
+    """SQLite answers "database is locked" at once, without its busy handler, when two
+    processes switch a fresh file to WAL at the same instant (a CI run failed on it): the
+    switch is retried until the busy timeout, and any other error is raised at once."""
+    import sqlite3
+
+    import pytest
+
+    from pipeline.metadata.store import _retry_while_locked
+
+    answers = [sqlite3.OperationalError("database is locked")] * 3 + [None]
+    calls = []
+
+    def switch():
+        calls.append(1)
+        answer = answers[len(calls) - 1]
+        if answer is not None:
+            raise answer
+
+    _retry_while_locked(switch, timeout_s=5.0)
+    assert len(calls) == 4
+
+    def locked():
+        raise sqlite3.OperationalError("database is locked")
+
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _retry_while_locked(locked, timeout_s=0.05)  # gives up at the deadline
+
+    def broken():
+        calls.append(1)
+        raise sqlite3.OperationalError("disk I/O error")
+
+    calls.clear()
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _retry_while_locked(broken, timeout_s=5.0)
+    assert len(calls) == 1  # not retried
