@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.datasets.chunks import read_index, walk_leaves
+from pipeline.datasets.chunks import ChunkError, node_indexes
 from pipeline.datasets.manifest import ManifestError
 
 
@@ -43,8 +43,15 @@ def assemble_index(
     """(segment position int32, row int64, label int64 (-1 = none), is_val bool, md5 S32) of
     every sample of a format-2 version, in version order. A regression version's label is its
     float32 target (NaN = none)."""
-    leaves = walk_leaves(data_root, manifest["chunks"])
-    parts = [read_index(data_root, leaf) for leaf in leaves]
+    section = manifest["chunks"]
+    # Node by node: a node's pack, when the data root has it, holds all its leaves' indexes.
+    parts = [
+        idx for node in section["nodes"] for _leaf, idx in node_indexes(data_root, node["hash"])
+    ]
+    if len(parts) != section["leaves"]:
+        raise ChunkError(
+            f"the chunk tree has {len(parts)} leaves, its manifest {section['leaves']}"
+        )
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return (

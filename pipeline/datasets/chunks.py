@@ -19,7 +19,8 @@ A leaf is two files under ``DATA_ROOT/chunks/<h[:2]>/``, named by ``h`` = sha256
 
 Leaves are grouped into NODES the same way one level up (a leaf ends a node when its hash is 0
 modulo ``NODE_TARGET``): ``<h>.node.json`` lists its children (hash, count, bytes, sha256 of
-the .idx), named by the sha256 of its bytes. The manifest lists the nodes. Two levels suffice:
+the .idx), named by the sha256 of its bytes; on S3 ``<h>.pack`` also holds it with its leaves'
+indexes (chunkpack.py), one GET for a reader's cold open. The manifest lists the nodes. Two levels suffice:
 10 M samples make ~78,000 leaves and ~1,200 nodes, a manifest of ~150 KB; a third level would
 save less than it costs in reads.
 
@@ -41,6 +42,8 @@ from typing import Protocol
 
 import numpy as np
 
+from pipeline.datasets import chunkpack
+from pipeline.datasets.chunkpack import PACK_SUFFIX
 from pipeline.datasets.manifest import ManifestError
 
 # Average samples per leaf: ~200 bytes of metadata a sample makes a ~25 KB leaf, so a new
@@ -301,18 +304,37 @@ def entries_of(samples: Sequence[SampleLike]) -> list[dict]:
 # ---- reading ----------------------------------------------------------------------------------
 
 
-def read_node(data_root: Path, h: str) -> list[LeafRef]:
-    path = chunk_path(data_root, h, NODE_SUFFIX)
+def _pack_parts(path: Path) -> list[bytes] | None:
+    """The parts of the node pack at ``path`` (chunkpack.py), or None when there is none (a
+    local data root, or a version published before packs)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ChunkError(f"{path}: chunk node missing") from None
+        return None
+    try:
+        return chunkpack.decode(raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ChunkError(f"{path}: not a node pack ({exc})") from None
+
+
+def parse_node(raw: bytes, source: object, h: str) -> list[LeafRef]:
     if hashlib.sha256(raw).hexdigest() != h:
-        raise ChunkError(f"{path}: bytes do not match the node's name")
+        raise ChunkError(f"{source}: bytes do not match the node's name")
     return [
         LeafRef(c["hash"], int(c["count"]), int(c["bytes"]), c["sha256_npz"])
         for c in json.loads(raw)["children"]
     ]
+
+
+def read_node(data_root: Path, h: str) -> list[LeafRef]:
+    path = chunk_path(data_root, h, NODE_SUFFIX)
+    try:
+        return parse_node(path.read_bytes(), path, h)
+    except FileNotFoundError:
+        parts = _pack_parts(chunk_path(data_root, h, PACK_SUFFIX))
+        if not parts:
+            raise ChunkError(f"{path}: chunk node missing") from None
+        return parse_node(parts[0], chunk_path(data_root, h, PACK_SUFFIX), h)
 
 
 def walk_leaves(data_root: Path, section: dict) -> list[LeafRef]:
@@ -325,18 +347,49 @@ def walk_leaves(data_root: Path, section: dict) -> list[LeafRef]:
     return out
 
 
-def read_index(data_root: Path, leaf: LeafRef) -> dict:
+def check_index(raw: bytes, source: object, leaf: LeafRef) -> dict:
+    if hashlib.sha256(raw).hexdigest() != leaf.sha256_idx:
+        raise ChunkError(f"{source}: bytes do not match the checksum its node lists")
+    out = decode_index(raw, source)
+    if out["n"] != leaf.count:
+        raise ChunkError(f"{source}: {out['n']} samples, its node lists {leaf.count}")
+    return out
+
+
+def index_raw(data_root: Path, leaf: LeafRef) -> tuple[bytes, Path]:
     path = chunk_path(data_root, leaf.hash, INDEX_SUFFIX)
     try:
-        raw = path.read_bytes()
+        return path.read_bytes(), path
     except FileNotFoundError:
         raise ChunkError(f"{path}: leaf index missing") from None
-    if hashlib.sha256(raw).hexdigest() != leaf.sha256_idx:
-        raise ChunkError(f"{path}: bytes do not match the checksum its node lists")
-    out = decode_index(raw, path)
-    if out["n"] != leaf.count:
-        raise ChunkError(f"{path}: {out['n']} samples, its node lists {leaf.count}")
-    return out
+
+
+def read_index(data_root: Path, leaf: LeafRef) -> dict:
+    raw, path = index_raw(data_root, leaf)
+    return check_index(raw, path, leaf)
+
+
+def pack_indexes(path: Path, h: str) -> list[tuple[LeafRef, dict]] | None:
+    """(leaf, its decoded index) for each child of node ``h``, from the pack file at ``path``,
+    every part checked; None when there is no such file."""
+    parts = _pack_parts(path)
+    if parts is None:
+        return None
+    leaves = parse_node(parts[0], path, h) if parts else []
+    if len(parts) != len(leaves) + 1:
+        raise ChunkError(f"{path}: {len(parts) - 1} indexes, its node lists {len(leaves)} leaves")
+    return [
+        (leaf, check_index(raw, path, leaf)) for leaf, raw in zip(leaves, parts[1:], strict=True)
+    ]
+
+
+def node_indexes(data_root: Path, h: str) -> list[tuple[LeafRef, dict]]:
+    """(leaf, its decoded index) for each child of node ``h``, in order: from the node's pack
+    when the data root holds one (a reader's cache of an s3:// root), else from its files."""
+    packed = pack_indexes(chunk_path(data_root, h, PACK_SUFFIX), h)
+    if packed is not None:
+        return packed
+    return [(leaf, read_index(data_root, leaf)) for leaf in read_node(data_root, h)]
 
 
 def read_meta(data_root: Path, h: str) -> bytes:

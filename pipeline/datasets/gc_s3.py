@@ -69,7 +69,7 @@ class Listing:
         return out
 
     def chunk_bytes(self, h: str) -> int:
-        suffixes = (ch.META_SUFFIX, ch.INDEX_SUFFIX, ch.NODE_SUFFIX)
+        suffixes = (ch.META_SUFFIX, ch.INDEX_SUFFIX, ch.NODE_SUFFIX, ch.PACK_SUFFIX)
         return sum(self.objects.get(ch.chunk_relpath(h, s), (0, 0.0))[0] for s in suffixes)
 
     def unrecorded_chunks(self, folders: list[str]) -> set[str]:
@@ -204,7 +204,7 @@ def collect(
         urls = [
             join(remote, ch.chunk_relpath(c["hash"], suffix))
             for c in result.chunks
-            for suffix in (ch.META_SUFFIX, ch.INDEX_SUFFIX, ch.NODE_SUFFIX)
+            for suffix in (ch.META_SUFFIX, ch.INDEX_SUFFIX, ch.NODE_SUFFIX, ch.PACK_SUFFIX)
         ]
         if urls:
             with ThreadPoolExecutor(min(S3_CONCURRENCY, len(urls))) as pool:

@@ -8,7 +8,8 @@ The order is what makes a version appear whole or not at all:
    is complete;
 2. at commit, **every segment the version names** again (a no-op when step 1 ran; it repairs a
    process task killed between recording its segment and uploading it), **the chunk files**
-   of its tree and **the version's own files** (``parts.txt``, ``invalid.jsonl``);
+   of its tree, **a pack per node** (its leaves' indexes in one object, for a reader's cold
+   open: chunkpack.py) and **the version's own files** (``parts.txt``, ``invalid.jsonl``);
 3. the **manifest**, last: a version exists on S3 once its ``manifest.json`` exists;
 4. after the store has recorded the version and moved the head: ``HEAD`` and
    ``head_history.jsonl`` (``sync_head_remote``), mirroring the store as the local files do.
@@ -30,8 +31,10 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pipeline.datasets import chunkpack
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.chunkpack import PACK_SUFFIX
 from pipeline.datasets.crash_points import pause_hook
 from pipeline.datasets.segments import INFO_NAME
 from pipeline.storage.s3 import S3_CONCURRENCY, S3Store
@@ -145,6 +148,37 @@ def chunk_relpaths(local_root: Path, manifest: dict) -> list[str]:
     return sorted(set(out))
 
 
+def _upload_packs(local_root: Path, remote: str, section: dict, have: dict[str, int]) -> int:
+    """Upload the pack (chunkpack.py) of each node of ``section`` that S3 lacks, made from the
+    local node and index files; a pack is content-addressed by its node, so one there is it."""
+    todo = [
+        n["hash"]
+        for n in section["nodes"]
+        if join(remote, ch.chunk_relpath(n["hash"], PACK_SUFFIX)) not in have
+    ]
+    store = s3_store()
+
+    def upload(h: str) -> None:
+        store.write_bytes(join(remote, ch.chunk_relpath(h, PACK_SUFFIX)), node_pack(local_root, h))
+
+    if todo:
+        with ThreadPoolExecutor(min(S3_CONCURRENCY, len(todo))) as pool:
+            list(pool.map(upload, todo))
+    return len(todo)
+
+
+def node_pack(data_root: Path, h: str) -> bytes:
+    """Node ``h``'s pack, made from its files under ``data_root``, each checked as it is read."""
+    path = ch.chunk_path(data_root, h, ch.NODE_SUFFIX)
+    node = path.read_bytes()
+    parts = [node]
+    for leaf in ch.parse_node(node, path, h):
+        raw, idx_path = ch.index_raw(data_root, leaf)
+        ch.check_index(raw, idx_path, leaf)
+        parts.append(raw)
+    return chunkpack.encode(parts)
+
+
 def publish_version(local_root: Path, remote: str, dataset: str, version_id: str) -> bool:
     """Upload the local version folder of ``version_id`` and everything it names, the manifest
     last. False when S3 already holds its manifest (published before; objects immutable)."""
@@ -159,9 +193,10 @@ def publish_version(local_root: Path, remote: str, dataset: str, version_id: str
     _segments_of(local_root, remote, manifest)
     chunk_files = chunk_relpaths(local_root, manifest)
     if chunk_files:
-        _upload_missing(
-            local_root, remote, chunk_files, store.list_sizes(join(remote, ch.CHUNKS_DIR))
-        )
+        have = store.list_sizes(join(remote, ch.CHUNKS_DIR))
+        _upload_missing(local_root, remote, chunk_files, have)
+        if manifest["chunks"].get("packed"):
+            _upload_packs(local_root, remote, manifest["chunks"], have)
     own = [
         p.relative_to(local_root).as_posix() for p in _files_under(folder) if p.name != mf.MANIFEST
     ]

@@ -7,8 +7,10 @@ What a version needs, each object checked against a checksum the version itself 
   version is; written into the cache when its bytes differ);
 - its chunk nodes (named by the sha256 of their bytes), every leaf's ``.idx`` (its node
   lists the sha256) and every segment (the manifest lists the sha256 over its files), in one
-  parallel pass of the cache: the segments start with the nodes, and each node's leaf
-  indexes start as soon as it is there, so the small files ride beside the large ones;
+  parallel pass of the cache. A version the publisher ``packed`` has one pack per node, the
+  node and its leaves' indexes in one object (chunkpack.py), fetched beside the segments: one
+  GET per node. An older one has its node files first, and each node's leaf indexes start as
+  soon as it is there, so the small files ride beside the large ones;
 - the leaves' metadata parts (named by their sha256) only when metadata is first asked for
   (``metadata``, ``md5s`` of a format-1 version, ``export``): a trainer never needs them.
 
@@ -64,6 +66,19 @@ def _sha_is(expected: str):
 
 def _tree_is(expected: str):
     return lambda path: tree_digest(path)[1] == expected
+
+
+def _pack_is(h: str):
+    """Whether a file is node ``h``'s whole pack: its node's bytes match the name, and each
+    index the checksum the node lists (a pack has no checksum of its own: chunkpack.py)."""
+
+    def check(path: Path) -> bool:
+        try:
+            return ch.pack_indexes(path, h) is not None
+        except (OSError, ValueError, KeyError, TypeError, ch.ChunkError):
+            return False
+
+    return check
 
 
 def _file_item(remote: str, root: Path, rel: str, size: int, sha256: str) -> CacheItem:
@@ -167,6 +182,18 @@ def fetch_version(
                 items.append(CacheItem(root / rel / name, ((url, ""),), size, _size_is(size)))
         return folder, root, cache.fetch(items), manifest
     section = manifest["chunks"]
+    if section.get("packed"):
+        # One pack per node holds it and its leaves' indexes (chunkpack.py): no second round.
+        for n in section["nodes"]:
+            rel_pack = ch.chunk_relpath(n["hash"], ch.PACK_SUFFIX)
+            size = _IDX_HEADER_BYTES + _IDX_BYTES_PER_SAMPLE * int(n["count"])
+            items.insert(
+                0,
+                CacheItem(
+                    root / rel_pack, ((join(remote, rel_pack), ""),), size, _pack_is(n["hash"])
+                ),
+            )
+        return folder, root, cache.fetch(items), manifest
     nodes = {}
     for n in section["nodes"]:
         rel_node = ch.chunk_relpath(n["hash"], ch.NODE_SUFFIX)

@@ -8,8 +8,9 @@ indexes) joins the same pass, so a version's small files download beside its seg
 instead of after them: a cold open costs its longest chain of round trips, not their sum.
 
 An item is downloaded under a temp name beside its place, checked, then renamed into place.
-An item that names its ``sha256`` streams through one GET per file and is hashed as its bytes
-are written: no HEAD before each GET (``download_file``), no second read to hash the file.
+An item up to ``STREAM_ITEM_BYTES`` streams through one GET per file: no HEAD before each GET
+(``download_file``). One that names its ``sha256`` is hashed as its bytes are written, with no
+second read to hash the file; the others (a node pack, checked by its parts) once written.
 """
 
 from __future__ import annotations
@@ -167,16 +168,13 @@ def download(cache: ObjectCache, item: CacheItem, fd: int) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".dl-{final.name}-*"):
         _remove(stale)  # a download killed midway
-    streamed = (
-        item.sha256 is not None
-        and item.size <= STREAM_ITEM_BYTES
-        and hasattr(cache.store, "get_stream")
-    )
+    streamed = item.size <= STREAM_ITEM_BYTES and hasattr(cache.store, "get_stream")
     for attempt in (1, 2):
         tmp = final.parent / f".dl-{final.name}-{secrets.token_hex(4)}"
         try:
             if streamed:
-                right = _stream(cache, item, tmp) == item.sha256
+                digest = _stream(cache, item, tmp)
+                right = digest == item.sha256 if item.sha256 else item.check(tmp)
             else:
                 for url, rel in item.files:
                     cache.store.get_file(url, tmp / rel if rel else tmp)

@@ -189,3 +189,53 @@ def test_files_in_a_new_top_folder_rewrite_no_existing_leaf(tmp_path):
     after = write_tree(tmp_path, sorted(base + added, key=lambda s: s.path))
     assert before <= {leaf.hash for leaf in after.leaves}
     assert all(ck.top_folder(s.path) in ("a", "b", "ab") for s in base + added)
+
+
+def _packed_copy(src: Path, dst: Path, tree) -> None:
+    """A reader's cache of an s3:// root holds a pack per node and no node or index files."""
+    from pipeline.datasets.publish import node_pack
+
+    for node in tree.nodes:
+        path = ck.chunk_path(dst, node.hash, ck.PACK_SUFFIX)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(node_pack(src, node.hash))
+
+
+def test_a_node_pack_gives_the_same_leaves_and_indexes_as_the_files(tmp_path):
+    samples = _samples([f"f{i:05d}" for i in range(3000)])
+    tree = write_tree(tmp_path / "root", samples)
+    assert len(tree.leaves) > len(tree.nodes) >= 1
+    _packed_copy(tmp_path / "root", tmp_path / "cache", tree)
+    section = tree.manifest_section()
+    assert ck.walk_leaves(tmp_path / "cache", section) == tree.leaves
+    for node in tree.nodes:
+        from_pack = ck.node_indexes(tmp_path / "cache", node.hash)
+        from_files = ck.node_indexes(tmp_path / "root", node.hash)
+        assert [leaf for leaf, _ in from_pack] == [leaf for leaf, _ in from_files]
+        for (_, a), (_, b) in zip(from_pack, from_files, strict=True):
+            assert a["segments"] == b["segments"] and a["labels"] == b["labels"]
+            for name in ("seg", "row", "label", "split", "md5"):
+                assert np.array_equal(a[name], b[name]), name
+
+
+def test_a_damaged_node_pack_is_refused_naming_it(tmp_path):
+    from pipeline.datasets.remote_reader import _pack_is
+
+    tree = write_tree(tmp_path / "root", _samples([f"f{i:04d}" for i in range(600)]))
+    _packed_copy(tmp_path / "root", tmp_path / "cache", tree)
+    h = tree.nodes[0].hash
+    pack = ck.chunk_path(tmp_path / "cache", h, ck.PACK_SUFFIX)
+    good = pack.read_bytes()
+    assert _pack_is(h)(pack)
+    damaged = bytearray(good)
+    damaged[-1] ^= 0x01  # the last index's last md5 byte: same size, wrong bytes
+    pack.write_bytes(bytes(damaged))
+    assert not _pack_is(h)(pack)
+    with pytest.raises(ck.ChunkError, match=r"\.pack: bytes do not match the checksum"):
+        ck.node_indexes(tmp_path / "cache", h)
+    pack.write_bytes(good[:-10])  # truncated
+    assert not _pack_is(h)(pack)
+    with pytest.raises(ck.ChunkError, match="not a node pack"):
+        ck.node_indexes(tmp_path / "cache", h)
+    pack.write_bytes(good)
+    assert not _pack_is(tree.nodes[-1].hash if len(tree.nodes) > 1 else "0" * 64)(pack)

@@ -219,9 +219,9 @@ def test_two_processes_opening_one_version_at_once_download_it_once(
     from pipeline.datasets.manifest import read_manifest, version_dir
 
     manifest, _ = read_manifest(version_dir(work_root(), "pets", v.version_id))
-    leaves = walk_leaves(work_root(), manifest["chunks"])
-    # Its nodes, its leaves' indexes, and x.npy + y.npy of each segment.
-    n_objects = len(manifest["chunks"]["nodes"]) + len(leaves) + 2 * len(manifest["segments"])
+    assert len(walk_leaves(work_root(), manifest["chunks"])) >= 2  # two class folders
+    # A pack per node (the node and its leaves' indexes), and x.npy + y.npy of each segment.
+    n_objects = len(manifest["chunks"]["nodes"]) + 2 * len(manifest["segments"])
     assert sum(downloads) == n_objects, downloads  # each object once, by one of them
     assert results[0][1] == results[1][1]  # and both read the same bytes
 
@@ -283,22 +283,24 @@ def test_opening_latest_takes_the_head_and_the_manifest_then_one_get_per_object(
 ):
     from pipeline.datasets.build import build
     from pipeline.datasets.chunks import walk_leaves
-    from pipeline.datasets.dataroot import work_root
     from pipeline.datasets.reader import open_version
 
     v = build("pets", workers=1)
     monkeypatch.delenv("METADATA_DB_URL")  # a training container: DATA_ROOT alone
     ops = _s3_ops()
     cold = open_version("pets", "latest")
-    leaves = walk_leaves(work_root(), cold.manifest["chunks"])
-    objects = (
-        len(cold.manifest["chunks"]["nodes"]) + len(leaves) + 2 * len(cold.manifest["segments"])
-    )
+    section = cold.manifest["chunks"]
+    # Two class folders make two leaves at least, read here through the packs in the cache.
+    assert section["packed"] and len(walk_leaves(cold.data_root, section)) >= 2
+    # One pack per node (the node and its leaves' indexes), never a leaf's own index.
+    objects = len(section["nodes"]) + 2 * len(cold.manifest["segments"])
     # No LIST (HEAD names the version, the manifest's GET proves it published), no HEAD
     # request before a GET, the manifest read once: HEAD, manifest, then each object once.
     assert [op for op, _key in ops] == ["GetObject"] * (2 + objects), ops
     assert ops[0][1].endswith("/pets/HEAD") and ops[1][1].endswith(f"{v.version_id}/manifest.json")
     assert len({key for _op, key in ops}) == len(ops)
+    assert sum(key.endswith(".pack") for _op, key in ops) == len(section["nodes"])
+    assert not any(key.endswith((".idx", ".node.json")) for _op, key in ops)
     assert cold.cache_downloads == objects
     del cold
     ops.clear()

@@ -74,6 +74,9 @@ _INSERT_BATCH = 5000
 # The manifest format commits write. Tests set it to 1 to write today's self-contained folders
 # (with version_samples rows) and check the reader's fallback and the store migration on them.
 WRITE_FORMAT = mf.FORMAT_VERSION
+# Whether an s3:// data root's versions are published with a pack per node. Tests turn it off
+# to publish versions as they were before packs and check that readers still open them.
+PACK_ON_S3 = True
 
 
 @gc_paused()
@@ -245,6 +248,8 @@ def commit(
                         manifest["diff"] = prior.diff_counts(session, samples, tree)
                     writer.add(mf.INVALID, invalid_bytes(invalid))
                     manifest["chunks"] = tree.manifest_section()
+                    if remote is not None and PACK_ON_S3:  # publish packs each node (chunkpack.py)
+                        manifest["chunks"]["packed"] = True
                     manifest_sha = writer.publish(manifest)
         if remote is not None:
             # Every object, the manifest last, BEFORE the store records the version: a version
