@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.datasets.quality.mih import BandIndex, band_shifts, query_pairs, self_pairs
 from pipeline.datasets.quality.nearindex import NearIndex
@@ -106,3 +108,46 @@ def test_a_killed_writers_temp_folder_is_removed_and_never_read_as_a_run(tmp_pat
     assert sum(len(r) for r in index.runs()) == 100  # a temp folder is no run
     _, new = index.add(keys[100:], h[100:])
     assert new == 100 and not dead.exists()
+
+
+def _union_find_groups(edges, present=None) -> list[list[str]]:
+    """The reference: a plain union-find over the edges, one by one."""
+    parent: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        while parent[a] != a:
+            a = parent[a]
+        return a
+
+    for a_b, b_b in edges:
+        a, b = a_b.decode(), b_b.decode()
+        if present is not None and not {a.split(":")[0], b.split(":")[0]} <= present:
+            continue
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[str, list[str]] = {}
+    for key in parent:
+        groups.setdefault(find(key), []).append(key)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=120),
+    st.booleans(),
+    st.one_of(st.none(), st.sets(st.integers(0, 40))),
+)
+def test_near_duplicate_groups_are_the_connected_components_of_the_edges(pairs, rows, held):
+    from pipeline.datasets.quality.neardup import components
+
+    def key(i: int) -> str:  # an image's md5, or a table row's md5:<row> (4 rows a file)
+        return f"{i // 4 if rows else i:032x}" + (f":{i % 4}" if rows else "")
+
+    edges = np.asarray([(key(a), key(b)) for a, b in pairs], dtype="S40").reshape(-1, 2)
+    present = None if held is None else {key(i).split(":")[0] for i in held}
+    assert components(edges, present) == _union_find_groups(edges, present)
+    chain = np.asarray([(f"{i:032x}", f"{i + 1:032x}") for i in range(300)], dtype="S32")
+    assert components(chain) == [[f"{i:032x}" for i in range(301)]]  # the longest diameter

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import select
 
-from pipeline.datasets.quality.neardup import NearDupState, _segment_x, _take, components
+from pipeline.datasets.quality.neardup import NearDupState, _segment_x, _take
 from pipeline.datasets.quality.report import (
     LEAK_LABEL_CONFLICT,
     LEAK_NEAR_DUPLICATE,
@@ -56,7 +56,7 @@ def compute_report(
     # near-duplicate pair). Only those get a per-content list.
     present = {s.md5 for s in samples}  # an augmented copy has its original's md5
     duplicated = {s.md5 for s in samples if s.duplicate}
-    in_edges = {k.decode().split(":", 1)[0] for k in state.edges.ravel()} & present
+    in_edges = state.graph().contents() & present
     wanted = duplicated | in_edges
     by_md5: dict[str, list] = defaultdict(list)
     if wanted:
@@ -141,7 +141,7 @@ def _near(state: NearDupState, by_md5, present, processed) -> tuple[NearDuplicat
             for s in group:
                 members[f"{md5}:{s.row - processed[md5].row}"].append(s)
     groups, leaks = [], []
-    for keys in components(state.edges, present):
+    for keys in state.graph().groups(present):
         group = [s for k in keys for s in members.get(k, ())]
         if len({k for k in keys if k in members}) < 2:
             continue

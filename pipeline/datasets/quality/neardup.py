@@ -41,6 +41,13 @@ class NearDupState:
     edges: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), "S32"))
     new_samples: int = 0  # hashes looked up by this commit
     splits: dict[str, str] = field(default_factory=dict)  # md5 -> split, for new md5s
+    _graph: EdgeGraph | None = field(default=None, repr=False)
+
+    def graph(self) -> EdgeGraph:
+        """``edges`` as a graph, built on first use and kept (the edges never change)."""
+        if self._graph is None:
+            self._graph = EdgeGraph(self.edges)
+        return self._graph
 
 
 def kind_of(recipe) -> str:
@@ -73,7 +80,7 @@ def prepare(
     state.new_samples = len(keys)
     state.edges, _ = index.add(keys, hashes)
     if kind == "image" and new and not recipe.split.group_regex:
-        state.splits = _splits_for_new(state.edges, new, first_path, known_splits, recipe)
+        state.splits = _splits_for_new(state.graph(), new, first_path, known_splits, recipe)
     return state
 
 
@@ -144,41 +151,68 @@ def _take(x, rows: np.ndarray) -> np.ndarray:
     return np.asarray(data)[inverse]
 
 
+class EdgeGraph:
+    """The index's edges as a graph over integer ids, built once per commit: the index returns
+    every edge it knows on each commit (photos cropped from one scene give hundreds of
+    thousands), and sorting their keys is the dear step, which the split decision, the report's
+    groups and its list of contents in a pair would otherwise each pay again."""
+
+    def __init__(self, edges: np.ndarray) -> None:
+        self.keys, inverse = np.unique(edges.ravel(), return_inverse=True)
+        self.a, self.b = inverse.reshape(-1, 2).T
+        # A key is a content's md5, or md5:<row> for a table row: the content is what is held.
+        self.content = np.char.partition(self.keys, b":")[:, 0] if len(self.keys) else self.keys
+
+    def contents(self) -> set[str]:
+        """The contents in at least one pair."""
+        return set(np.unique(self.content).astype(str).tolist())
+
+    def groups(self, present: set[str] | None = None) -> list[list[str]]:
+        """Connected groups (sorted, each of >= 2 keys) of the edges whose two keys' contents
+        are in ``present`` (None: all). In numpy, not a Python union-find over the edges: each
+        key takes the smallest label of its neighbours, then of its label's label (pointer
+        jumping), until nothing moves: a few rounds, as many as the groups' diameters need."""
+        a, b = self.a, self.b
+        if present is not None:
+            wanted = np.asarray(sorted(present), dtype=self.content.dtype)
+            held = np.isin(self.content, wanted) if len(wanted) else np.zeros(len(self.keys), bool)
+            keep = held[a] & held[b]
+            a, b = a[keep], b[keep]
+        if not len(a):
+            return []
+        label = np.arange(len(self.keys))
+        while True:
+            low = np.minimum(label[a], label[b])
+            before = label.copy()
+            np.minimum.at(label, a, low)
+            np.minimum.at(label, b, low)
+            label = label[label]
+            if np.array_equal(label, before):
+                break
+        used = np.zeros(len(self.keys), dtype=bool)
+        used[a] = used[b] = True
+        ids = np.flatnonzero(used)
+        order = ids[np.argsort(label[ids], kind="stable")]  # ids are in key order: sorted groups
+        cuts = np.flatnonzero(np.diff(label[order])) + 1
+        names = self.keys.astype(str)
+        return sorted(names[idx].tolist() for idx in np.split(order, cuts) if len(idx) > 1)
+
+
 def components(edges: np.ndarray, present: set[str] | None = None) -> list[list[str]]:
     """Connected groups (sorted, each of >= 2 keys) of the edges whose two keys are present."""
-    parent: dict[str, str] = {}
-
-    def find(a: str) -> str:
-        root = a
-        while parent[root] != root:
-            root = parent[root]
-        while parent[a] != root:  # path compression
-            parent[a], a = root, parent[a]
-        return root
-
-    for a_b, b_b in edges:
-        a, b = a_b.decode(), b_b.decode()
-        if present is not None and (_content(a) not in present or _content(b) not in present):
-            continue
-        parent.setdefault(a, a)
-        parent.setdefault(b, b)
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    groups: dict[str, list[str]] = {}
-    for key in parent:
-        groups.setdefault(find(key), []).append(key)
-    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+    return EdgeGraph(edges).groups(present)
 
 
 def _content(key: str) -> str:
     return key.split(":", 1)[0]
 
 
-def _splits_for_new(edges, new: list[str], first_path, known_splits, recipe) -> dict[str, str]:
+def _splits_for_new(
+    graph: EdgeGraph, new: list[str], first_path, known_splits, recipe
+) -> dict[str, str]:
     new_set = set(new)
     out: dict[str, str] = {}
-    for group in components(edges, set(first_path)):
+    for group in graph.groups(set(first_path)):
         members = [m for m in group if m in new_set]
         if not members:
             continue
