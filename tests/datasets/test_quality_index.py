@@ -69,6 +69,7 @@ def test_the_index_fed_in_steps_knows_the_same_edges_as_one_full_pass(tmp_path):
         edges, new = stepped.add(keys[a:b], h[a:b])
         assert new == b - a
     assert {tuple(e) for e in edges.tolist()} == {tuple(e) for e in full.tolist()}
+    assert len(edges) == len(full) and all(a < b for a, b in edges.tolist())  # each edge once
     # Runs merge as they go: a handful, not one per step.
     assert len(stepped.runs()) < len(cuts) - 1
     assert sum(len(r) for r in stepped.runs()) == len(h)
@@ -77,6 +78,7 @@ def test_the_index_fed_in_steps_knows_the_same_edges_as_one_full_pass(tmp_path):
     edges_again, new = stepped.add(keys[:50], h[:50])
     assert new == 0 and sorted(p.name for p in (tmp_path / "steps").iterdir()) == before
     assert {tuple(e) for e in edges_again.tolist()} == {tuple(e) for e in full.tolist()}
+    assert len(edges_again) == len(full)
 
 
 def test_report_round_trips_through_json_and_names_metrics_like_the_rules():
