@@ -67,3 +67,41 @@ def test_thumbnail_picks_are_the_first_samples_of_each_label(two):
         idx = [i for i, x in enumerate(samples) if x.label == label][:3]
         want += [{"idx": i, "label": label, "path": samples[i].path} for i in idx]
     assert picks == want
+
+
+def _images_only(samples):
+    return [x for x in samples if x.line is None and x.copy == 0 and "aug" not in x.path]
+
+
+@pytest.mark.parametrize("n,k", [(40, 3), (700, 25), (2500, 400)])
+def test_diff_of_one_row_per_path_versions_in_sql_matches_a_brute_force(store, lt_env, n, k):
+    """Images only (one row per path): SQLite counts and pages the leaves that differ itself.
+    Its answer, at several sizes and page offsets, is the brute force's and the Python
+    classification's (method="chunks"); unlabelled samples (label NULL) count as labels."""
+    from tests.datasets.chunk_synth import image
+
+    rng = random.Random(n)
+    old = _images_only(lake(n, rng))
+    old += [image(f"pets/unlabelled/{i:04d}.png", None) for i in range(5)]
+    new = _images_only(mutate(old, rng, k))
+    new = [image(x.path, "cat", content=x.path) if "unlabelled/0001" in x.path else x for x in new]
+    a = add_version(store, lt_env / "data", "pets", old, n=1)
+    b = add_version(store, lt_env / "data", "pets", new, n=2, parent_id=a)
+    ma, mb = first_map(old), first_map(new)
+    want = {
+        "added": sorted(mb.keys() - ma.keys()),
+        "removed": sorted(ma.keys() - mb.keys()),
+        "changed": sorted(p for p in ma.keys() & mb.keys() if ma[p][:2] != mb[p][:2]),
+    }
+    assert "pets/unlabelled/0001.png" in want["changed"]  # NULL -> "cat" is a change
+    for limit, offset in ((10_000, 0), (7, 0), (7, 7), (50, max(0, len(want["added"]) - 3))):
+        got = data.diff_versions(store, a, b, limit=limit, offset=offset)
+        merged = data.diff_versions(store, a, b, limit=limit, offset=offset, method="chunks")
+        assert got["counts"] == {kind: len(paths) for kind, paths in want.items()}
+        for kind, paths in want.items():
+            shown = got["limit"]  # the page size, clamped by the API
+            assert [r["path"] for r in got[kind]] == paths[offset : offset + shown], kind
+            assert got[kind] == merged[kind], kind
+    assert got["counts"] == merged["counts"]
+    again = data.diff_versions(store, b, b)
+    assert again["counts"] == {"added": 0, "removed": 0, "changed": 0}
