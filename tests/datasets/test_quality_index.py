@@ -136,7 +136,7 @@ def _union_find_groups(edges, present=None) -> list[list[str]]:
     return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=120),
     st.booleans(),

@@ -13,7 +13,7 @@ from tests.datasets.s3_support import use_s3_data_root
 
 @pytest.fixture
 def s3_root(store, lt_env, moto_server, monkeypatch: pytest.MonkeyPatch) -> str:
-    image_lake(lt_env, "pets", per_class=40)
+    image_lake(lt_env, "pets", per_class=12)
     return use_s3_data_root(monkeypatch, lt_env, moto_server.url)
 
 
