@@ -38,6 +38,8 @@ def decode(raw: bytes) -> list[bytes]:
     if not isinstance(header, dict) or header.get("format") != _FORMAT:
         raise ValueError(f"not a pack of format {_FORMAT}")
     sizes = [int(n) for n in header["parts"]]
+    if any(n < 0 for n in sizes):
+        raise ValueError("a negative part size")
     offset = cut + 1
     if offset + sum(sizes) != len(raw):
         raise ValueError(f"{len(raw) - offset} bytes after the header, its parts {sum(sizes)}")

@@ -239,3 +239,11 @@ def test_a_damaged_node_pack_is_refused_naming_it(tmp_path):
         ck.node_indexes(tmp_path / "cache", h)
     pack.write_bytes(good)
     assert not _pack_is(tree.nodes[-1].hash if len(tree.nodes) > 1 else "0" * 64)(pack)
+
+
+def test_a_pack_header_with_a_negative_part_size_is_not_a_pack():
+    from pipeline.datasets import chunkpack
+
+    assert chunkpack.decode(chunkpack.encode([b"ab", b"c"])) == [b"ab", b"c"]
+    with pytest.raises(ValueError, match="negative"):
+        chunkpack.decode(b'{"format": 1, "parts": [-2, 5]}\nabc')

@@ -84,8 +84,8 @@ class NearIndex:
 
     def add(self, keys: list[str], hashes: np.ndarray) -> tuple[np.ndarray, int]:
         """Look the new (key, hash)s up, record them as a run; return every edge the index knows
-        ((k, 2) S-bytes key pairs, each once, smaller key first; old runs' and new, in no
-        particular order) and how many hashes were new to it."""
+        ((k, 2) S-bytes key pairs, smaller key first, each once but after a killed merge;
+        old runs' and new, in no particular order) and how many hashes were new to it."""
         keys_b = _as_bytes(keys)
         hashes = np.asarray(hashes, dtype=np.uint64)
         self._clean_temps()
@@ -118,6 +118,8 @@ class NearIndex:
         # Each run's edges are unique, and no two runs hold the same edge (it is recorded by
         # the run that added the later of its keys; a merge keeps one of each): the union is
         # their concatenation. Sorting it again was most of a commit on photos that overlap.
+        # (A merge killed before it removed its inputs leaves an edge twice until the next
+        # merge: harmless, the groups are the same.)
         parts = [run.edges for run in runs if len(run.edges)] + [edges]
         every = np.concatenate(parts) if len(parts) > 1 else edges
         return every, int(fresh.sum())
