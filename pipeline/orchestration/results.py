@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -51,6 +52,24 @@ def read_result(run_id: str) -> dict[str, Any] | None:
     return json.loads(data)
 
 
+def _result_wait_seconds() -> float:
+    """How long a launch that was stopped from outside may still be writing result.json: the
+    launcher's SIGTERM grace (the trainer saves a checkpoint, then its result), and a margin."""
+    from pipeline.orchestration.launchers import LauncherConfig
+
+    return LauncherConfig.from_env().kill_grace_seconds + 5.0
+
+
+def await_result(run_id: str, wait_s: float, poll_s: float = 0.5) -> dict[str, Any] | None:
+    """result.json, waiting up to ``wait_s`` for it to appear."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        result = read_result(run_id)
+        if result is not None or time.monotonic() >= deadline:
+            return result
+        time.sleep(poll_s)
+
+
 def record_finished(
     run_id: str, *, launch_failed: str | None, exit_report: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -62,7 +81,14 @@ def record_finished(
     """
     from pipeline.runs import record_run_event, record_run_finished
 
-    result = read_result(run_id)
+    if exit_report is None and launch_failed:
+        # The launch task left no exit report: it was stopped from outside (marked failed, timed
+        # out) and, as it stopped, SIGTERMed the trainer, which may still be saving its
+        # checkpoint and then result.json. This task starts at once, so wait for them within
+        # the launcher's grace instead of recording "failed" for a run that was preempted.
+        result = await_result(run_id, _result_wait_seconds())
+    else:
+        result = read_result(run_id)
     report = exit_report or {}
     code = report.get("code")
     if result is None and exit_report is not None:
