@@ -119,6 +119,9 @@ class Tree:
     # (start, stop) of each leaf over the samples written: the commit's diff reads the new
     # version's own leaves from memory through them.
     bounds: list[tuple[int, int]] = field(default_factory=list)
+    # hash -> samples of each leaf the commit had in memory (all of them on a full commit; the
+    # changed runs' on a delta commit): what its leaf summary is computed from.
+    parts: dict[str, Sequence[SampleLike]] = field(default_factory=dict, repr=False)
 
     def manifest_section(self) -> dict:
         return {

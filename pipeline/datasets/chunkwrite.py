@@ -101,20 +101,43 @@ def write_tree(
     # Pass 1: the leaves' names. Their bytes are not kept: a million samples make ~200 MB of
     # metadata, and only the new leaves' bytes are needed again (pass 2 formats them again).
     cuts = _cuts(samples, parent, settled)
-    fresh = [c[2] for c in cuts if c[4] is None]
+    pieces = [(h, size, reused, samples[start:stop]) for start, stop, h, size, reused in cuts]
+    tree = write_pieces(data_root, pieces, known=known)
+    tree.bounds = [(c[0], c[1]) for c in cuts]
+    return tree
+
+
+# One leaf of a tree to write: (hash, metadata bytes, the parent's leaf when it is one, its
+# samples). Samples None: a parent's leaf taken whole, whose files must exist (delta.py).
+Piece = tuple[str, int, LeafRef | None, Sequence[SampleLike] | None]
+
+
+def write_pieces(
+    data_root: Path,
+    pieces: Sequence[Piece],
+    *,
+    known: Callable[[list[str]], dict[str, str]] | None = None,
+) -> Tree:
+    """Write the leaves that do not exist yet and the nodes above them (pass 2 of write_tree,
+    also the delta commit's write, which cuts only the runs of samples that changed)."""
+    fresh = [p[0] for p in pieces if p[2] is None]
     have = known(fresh) if known is not None and fresh else {}
     leaves: list[LeafRef] = []
     new_leaves: list[tuple[LeafRef, list[dict]]] = []
+    parts: dict[str, Sequence[SampleLike]] = {}
     written = 0
     out = OnceWriter()
-    for start, stop, h, size, reused in cuts:
-        part = samples[start:stop]
+    for h, size, reused, part in pieces:
         meta_path = chunk_path(data_root, h, META_SUFFIX)
         idx_path = chunk_path(data_root, h, INDEX_SUFFIX)
         sha_idx = reused.sha256_idx if reused is not None else have.get(h)
+        if part is not None:
+            parts[h] = part
         if sha_idx is not None and meta_path.exists() and idx_path.exists():
-            leaves.append(LeafRef(h, len(part), size, sha_idx))
+            leaves.append(LeafRef(h, reused.count if part is None else len(part), size, sha_idx))
             continue
+        if part is None:
+            raise chunks.ChunkError(f"{meta_path}: leaf files missing, and no samples to rewrite them")
         idx = index_bytes(part)
         # The index first (renamed first): a metadata part on disk means its index is too.
         written += out.add(idx_path, idx) + out.add(meta_path, meta_bytes(part))
@@ -135,5 +158,4 @@ def write_tree(
             new_nodes.append(node)
         written += n
     out.close()  # every chunk file durable before the caller writes a manifest naming it
-    bounds = [(c[0], c[1]) for c in cuts]
-    return Tree(leaves, nodes, new_leaves, new_nodes, written, bounds)
+    return Tree(leaves, nodes, new_leaves, new_nodes, written, parts=parts)

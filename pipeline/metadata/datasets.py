@@ -199,6 +199,9 @@ class Chunk(Base):
         String(64), doc="sha256 of a leaf's .idx file (a node's name is its own checksum)"
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    summary: Mapped[str | None] = mapped_column(
+        Text, doc="a leaf's counts and sums as JSON (build/summaries.py); migration 0011"
+    )
 
 
 class VersionChunk(Base):

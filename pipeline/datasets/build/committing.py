@@ -24,7 +24,8 @@ from pipeline.datasets.build.chunkrows import (
     record_tree,
     settled_leaves,
 )
-from pipeline.datasets.build.contents import _manifest
+from pipeline.datasets.build import summaries
+from pipeline.datasets.build.contents import _manifest, _train_mean_std, counts_of
 from pipeline.datasets.build.parent import Parent
 from pipeline.datasets.build.planning import _current_files
 from pipeline.datasets.build.record import (
@@ -49,7 +50,7 @@ from pipeline.datasets.leases import (
     released_after,
 )
 from pipeline.datasets.quality import at_commit
-from pipeline.datasets.quality.compute import compute_report
+from pipeline.datasets.quality.compute import SamplesView, compute_report
 from pipeline.datasets.quality.neardup import prepare as prepare_near
 from pipeline.datasets.queries import latest_committed
 from pipeline.datasets.segments import (
@@ -204,7 +205,7 @@ def commit(
         folder = mf.version_dir(data_root, dataset, version_id)
         _clean_staging(folder.parent)
         clean_stale_temps(data_root, rh)
-        tree = None
+        tree = leaf_sums = None
         if remote is not None:
             # Published on S3 before a crash (by any worker), never recorded: that one is it.
             pull.pull_version(remote, data_root, dataset, version_id)
@@ -214,20 +215,23 @@ def commit(
         else:
             if folder.exists():
                 shutil.rmtree(folder)  # cannot be a version: the manifest is in the renamed folder
+            counts = counts_of(samples)
             manifest = _manifest(
                 dataset,
                 recipe,
                 version_id,
                 parent,
-                samples,
+                counts,
                 invalid,
-                processed,
                 diff,
                 session,
                 format_version=WRITE_FORMAT,
+                mean_std=_train_mean_std(counts.train_weights, processed)
+                if WRITE_FORMAT == 1
+                else ([], []),
             )
             manifest["quality"] = compute_report(
-                near, recipe, samples, invalid, parent, session, data_root, processed
+                near, recipe, SamplesView(samples), invalid, parent, session, data_root, processed
             ).to_dict()
             if WRITE_FORMAT == 1:
                 manifest_sha = _publish(folder, manifest, samples, invalid)
@@ -246,6 +250,8 @@ def commit(
                     )
                     if diff is None:
                         manifest["diff"] = prior.diff_counts(session, samples, tree)
+                    leaf_sums = summaries.for_tree(session, tree, processed)
+                    manifest["mean"], manifest["std"] = summaries.mean_std(leaf_sums.ordered)
                     writer.add(mf.INVALID, invalid_bytes(invalid))
                     manifest["chunks"] = tree.manifest_section()
                     if remote is not None and PACK_ON_S3:  # publish packs each node (chunkpack.py)
@@ -294,6 +300,8 @@ def commit(
         )
         if chunked:
             record_tree(session, version_id, data_root, manifest, tree)
+            if leaf_sums is not None:
+                summaries.store_missing(session, leaf_sums.computed)
         if gate.quarantined:
             # Published and recorded, but not the head: latest stays where it is.
             held = at_commit.hold(session, row, gate)

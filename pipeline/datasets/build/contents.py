@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import numpy as np
 from sqlalchemy import select
@@ -21,24 +22,24 @@ from pipeline.metadata.datasets import (
 )
 
 
-def _manifest(
-    dataset,
-    recipe,
-    version_id,
-    parent,
-    samples,
-    invalid,
-    processed,
-    diff,
-    session,
-    format_version: int = mf.FORMAT_VERSION,
-) -> dict:
-    """Every field of the manifest but a format-2 version's ``chunks`` (the writer adds it)."""
-    from pipeline.datasets.preprocess import sample_dtype, sample_shape
+@dataclass
+class Counts:
+    """What a manifest counts of a version's samples: from the samples themselves (counts_of)
+    or summed over its leaves' summaries (counts_from, the delta commit)."""
 
-    created = utcnow()
+    samples: int
+    split_n: dict[str, int]
+    split_counts: dict[str, dict[str, int]]  # labelled samples per split and label
+    files: int
+    duplicates: int  # files whose content an earlier file has
+    segments: list[str]
+    first_segment: str | None
+    train_weights: dict[str, int] = field(default_factory=dict)  # md5 -> train samples
+
+
+def counts_of(samples) -> Counts:
     # One pass over the samples for every count the manifest holds (this runs per sample on
-    # every commit): labels, segments, per-split class counts, train weight per content.
+    # every full commit): labels, segments, per-split class counts, train weight per content.
     seg_set: set[str] = set()
     paths: set[str] = set()
     dup_paths: set[str] = set()
@@ -56,6 +57,36 @@ def _manifest(
             counts[s.label] = counts.get(s.label, 0) + 1
         if s.split == "train":
             train_weights[s.md5] = train_weights.get(s.md5, 0) + 1
+    return Counts(
+        samples=len(samples),
+        split_n=split_n,
+        split_counts=split_counts,
+        files=len(paths),
+        duplicates=len(dup_paths),
+        segments=sorted(seg_set),
+        first_segment=samples[0].segment_id if samples else None,
+        train_weights=train_weights,
+    )
+
+
+def _manifest(
+    dataset,
+    recipe,
+    version_id,
+    parent,
+    counts: Counts,
+    invalid,
+    diff,
+    session,
+    format_version: int = mf.FORMAT_VERSION,
+    mean_std: tuple[list[float], list[float]] = ([], []),
+) -> dict:
+    """Every field of the manifest but a format-2 version's ``chunks`` (the writer adds it, and
+    its mean/std, summed over the leaves: build/summaries.py)."""
+    from pipeline.datasets.preprocess import sample_dtype, sample_shape
+
+    created = utcnow()
+    split_n, split_counts = counts.split_n, counts.split_counts
     target = None
     if recipe.task == "regression":
         # Numeric targets: no classes; a histogram per split instead (pipeline/datasets/targets.py).
@@ -63,13 +94,13 @@ def _manifest(
 
         target = target_histogram(
             {
-                split: [float(v) for v, n in counts.items() for _ in range(n)]
-                for split, counts in split_counts.items()
+                split: [float(v) for v, n in per.items() for _ in range(n)]
+                for split, per in split_counts.items()
             }
         )
         split_counts = {"train": {}, "val": {}}
     classes = sorted(set(split_counts["train"]) | set(split_counts["val"]))
-    seg_ids = sorted(seg_set)
+    seg_ids = counts.segments
     seg_rows = (
         {
             s.segment_id: s
@@ -82,10 +113,10 @@ def _manifest(
         split: {"samples": split_n[split], "classes": dict(sorted(split_counts[split].items()))}
         for split in ("train", "val")
     }
-    mean, std = _train_mean_std(train_weights, processed)
+    mean, std = mean_std
     shape = list(sample_shape(recipe))
-    if samples and -1 in shape:
-        info = seg_rows.get(samples[0].segment_id)
+    if counts.first_segment is not None and -1 in shape:
+        info = seg_rows.get(counts.first_segment)
         shape = _segment_shape(info) or shape
     extra = {"task": "regression", "target": target} if target is not None else {}
     return {
@@ -104,11 +135,11 @@ def _manifest(
         "sample_dtype": str(sample_dtype(recipe)),
         "classes": classes,
         "counts": {
-            "samples": len(samples),
+            "samples": counts.samples,
             "train": per_split["train"]["samples"],
             "val": per_split["val"]["samples"],
-            "files": len(paths),
-            "duplicates": len(dup_paths),
+            "files": counts.files,
+            "duplicates": counts.duplicates,
             "invalid": len(invalid),
             "per_split": per_split,
         },

@@ -35,39 +35,66 @@ from pipeline.metadata.datasets import DatasetVersion, VersionInvalid
 PATHS_CAP = 20  # paths listed per group
 
 
+class SamplesView:
+    """What the report reads of a version, from its samples in memory (the full commit)."""
+
+    def __init__(self, samples: list) -> None:
+        self.samples = samples
+        self.count = len(samples)
+        self.train = sum(s.split == "train" for s in samples)
+        self.paths = len({s.path for s in samples})
+
+    def contents(self) -> set[str]:
+        return {s.md5 for s in self.samples}  # an augmented copy has its original's md5
+
+    def present(self, keys: set[str]) -> set[str]:
+        """Those of ``keys`` (contents) the version holds."""
+        return keys & self.contents()
+
+    def duplicated(self) -> set[str]:
+        return {s.md5 for s in self.samples if s.duplicate}
+
+    def members(self, wanted: set[str]) -> dict[str, list]:
+        """The samples (augmented copies left out) of each content in ``wanted``."""
+        by_md5: dict[str, list] = defaultdict(list)
+        if wanted:
+            for s in self.samples:
+                if not s.copy and s.md5 in wanted:
+                    by_md5[s.md5].append(s)
+        return by_md5
+
+    def plain_classes(self) -> dict[str, dict[str, int]]:
+        return _class_counts(self.samples)
+
+
 def compute_report(
     state: NearDupState,
     recipe,
-    samples: list,
+    view,
     invalid: list[dict],
     parent: DatasetVersion | None,
     session,
     data_root: Path,
     processed: dict,
 ) -> QualityReport:
+    """``view``: a SamplesView, or the delta commit's view of its head and changes (the same
+    answers, build/delta.py)."""
     report = QualityReport()
-    report.samples = len(samples)
-    report.train = sum(s.split == "train" for s in samples)
+    report.samples = view.count
+    report.train = view.train
     report.val = report.samples - report.train
-    report.files = len({s.path for s in samples}) + len({r["path"] for r in invalid})
+    report.files = view.paths + len({r["path"] for r in invalid})
     report.invalid = _invalid(invalid, parent, session)
-    # One pass over every sample (this runs on every commit, 1M samples included): the
-    # contents held, and the few that need their samples listed (duplicated ones, those in a
-    # near-duplicate pair). Only those get a per-content list.
-    present = {s.md5 for s in samples}  # an augmented copy has its original's md5
-    duplicated = {s.md5 for s in samples if s.duplicate}
-    in_edges = state.graph().contents() & present
-    wanted = duplicated | in_edges
-    by_md5: dict[str, list] = defaultdict(list)
-    if wanted:
-        for s in samples:
-            if not s.copy and s.md5 in wanted:
-                by_md5[s.md5].append(s)
+    # The contents held that need their samples listed (duplicated ones, those in a
+    # near-duplicate pair): only those get a per-content list.
+    duplicated = view.duplicated()
+    in_edges = view.present(state.graph().contents())
+    by_md5 = defaultdict(list, view.members(duplicated | in_edges))
     report.exact_duplicates = _exact({m: by_md5[m] for m in duplicated})
     report.label_conflicts, conflict_leaks = _label_conflicts(
         {m: by_md5[m] for m in duplicated}, state.kind
     )
-    report.near_duplicates, near_leaks = _near(state, by_md5, present, processed)
+    report.near_duplicates, near_leaks = _near(state, by_md5, in_edges, processed)
     listed = near_leaks + conflict_leaks
     report.leaks = Leaks(
         count=len(listed),
@@ -75,7 +102,7 @@ def compute_report(
         label_conflicts_across_splits=len(conflict_leaks),
         listed=capped(listed),
     )
-    report.drift = _drift(recipe, samples, invalid, parent, data_root)
+    report.drift = _drift(recipe, view, invalid, parent, data_root)
     return report
 
 
@@ -181,12 +208,12 @@ def _parent_manifest(parent) -> dict:
         return {}
 
 
-def _drift(recipe, samples, invalid, parent, data_root: Path) -> Drift:
+def _drift(recipe, view, invalid, parent, data_root: Path) -> Drift:
     pm = _parent_manifest(parent)
     drift = Drift(parent=pm.get("tag") if pm else None)
     before_q = (parent.quality or {}).get("drift", {}) if parent is not None else {}
     if recipe.task != "regression":
-        now = _class_counts(samples)
+        now = view.plain_classes()
         before = {
             split: {label: v["count"] for label, v in per.items()}
             for split, per in (before_q.get("per_split") or {}).items()
@@ -212,7 +239,7 @@ def _drift(recipe, samples, invalid, parent, data_root: Path) -> Drift:
             drift.label_tv_distance = round(_tv(total_now, total_before), 6)
     if recipe.modality == "table":
         drift.columns, drift.constant_columns = _columns(
-            recipe, samples, invalid, data_root, before_q.get("columns") or {}
+            recipe, view.samples, invalid, data_root, before_q.get("columns") or {}
         )
     return drift
 
