@@ -137,7 +137,9 @@ def write_pieces(
             leaves.append(LeafRef(h, reused.count if part is None else len(part), size, sha_idx))
             continue
         if part is None:
-            raise chunks.ChunkError(f"{meta_path}: leaf files missing, and no samples to rewrite them")
+            raise chunks.ChunkError(
+                f"{meta_path}: leaf files missing, and no samples to rewrite them"
+            )
         idx = index_bytes(part)
         # The index first (renamed first): a metadata part on disk means its index is too.
         written += out.add(idx_path, idx) + out.add(meta_path, meta_bytes(part))

@@ -78,6 +78,8 @@ def test_a_commit_on_a_chunked_parent_writes_the_version_a_fresh_commit_writes(
     from pipeline.datasets.build import committing
 
     monkeypatch.setattr(committing, "leaf_keys", spy)
+    # The full commit's offer (a delta commit, delta.py, cuts only its windows: its own test).
+    monkeypatch.setattr(committing, "DELTA", False)
     v2 = build("pets", workers=1, store=store)
     assert offered and offered[0] > 0
     data_root = get_settings().data_root

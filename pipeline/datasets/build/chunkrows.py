@@ -88,14 +88,11 @@ def leaf_keys(session: Session, data_root: Path, manifest: dict) -> list[tuple[L
     return [(leaf, first[leaf.hash]) for leaf in leaves if leaf.hash in first]
 
 
-def settled_leaves(
-    session: Session, leaves: list[LeafRef], affected: list[str]
-) -> dict[str, bytes]:
-    """For chunkwrite.write_tree's ``settled``: the parent's leaves whose path range (first sample's
-    path to last's) holds none of the sorted ``affected`` paths, each with its last sample's key
-    (two chunk_entries rows per leaf: its first and its last)."""
+def leaf_edges(session: Session, leaves: list[LeafRef]) -> dict[str, tuple[tuple, tuple]]:
+    """hash -> the (path, line, copy) of each leaf's first and last sample (two chunk_entries
+    rows per leaf); a leaf the store does not hold is left out."""
     unique = sorted({leaf.hash for leaf in leaves})
-    edges: dict[str, dict[int, tuple]] = {}
+    rows: dict[str, dict[int, tuple]] = {}
     for i in range(0, len(unique), _IN_BATCH):
         part = unique[i : i + _IN_BATCH]
         for h, pos, path, line, copy in driver_rows(
@@ -106,16 +103,25 @@ def settled_leaves(
             f"AND ce.chunk_hash IN ({', '.join('?' * len(part))})",
             (CHUNK_LEAF, *part),
         ):
-            edges.setdefault(h, {})[int(pos)] = (path, line, int(copy or 0))
-    out: dict[str, bytes] = {}
+            rows.setdefault(h, {})[int(pos)] = (path, line, int(copy or 0))
+    out: dict[str, tuple[tuple, tuple]] = {}
     for leaf in leaves:
-        rows = edges.get(leaf.hash, {})
-        first, last = rows.get(0), rows.get(leaf.count - 1)
-        if first is None or last is None:
-            continue
+        first, last = rows.get(leaf.hash, {}).get(0), rows.get(leaf.hash, {}).get(leaf.count - 1)
+        if first is not None and last is not None:
+            out[leaf.hash] = (first, last)
+    return out
+
+
+def settled_leaves(
+    session: Session, leaves: list[LeafRef], affected: list[str]
+) -> dict[str, bytes]:
+    """For chunkwrite.write_tree's ``settled``: the parent's leaves whose path range (first sample's
+    path to last's) holds none of the sorted ``affected`` paths, each with its last sample's key."""
+    out: dict[str, bytes] = {}
+    for h, (first, last) in leaf_edges(session, leaves).items():
         k = bisect_left(affected, first[0])
         if k == len(affected) or affected[k] > last[0]:
-            out[leaf.hash] = sample_key(_Key(*last))
+            out[h] = sample_key(_Key(*last))
     return out
 
 

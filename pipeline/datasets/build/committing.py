@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import replace
 from datetime import datetime
@@ -14,6 +15,8 @@ from sqlalchemy.orm import Session
 from pipeline.cyclic_gc import gc_paused
 from pipeline.datasets import dataroot, head, publish, pull
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.build import delta as delta_commit
+from pipeline.datasets.build import summaries
 from pipeline.datasets.build.assemble import (
     _assemble,
 )
@@ -24,7 +27,6 @@ from pipeline.datasets.build.chunkrows import (
     record_tree,
     settled_leaves,
 )
-from pipeline.datasets.build import summaries
 from pipeline.datasets.build.contents import _manifest, _train_mean_std, counts_of
 from pipeline.datasets.build.parent import Parent
 from pipeline.datasets.build.planning import _current_files
@@ -71,6 +73,7 @@ from pipeline.metadata.locks import ensure_lock_row, take_lock_row
 from pipeline.metadata.store import MetadataStore, open_store
 from pipeline.storage.urls import is_s3, join
 
+log = logging.getLogger("laketrain.build")
 _INSERT_BATCH = 5000
 # The manifest format commits write. Tests set it to 1 to write today's self-contained folders
 # (with version_samples rows) and check the reader's fallback and the store migration on them.
@@ -78,6 +81,9 @@ WRITE_FORMAT = mf.FORMAT_VERSION
 # Whether an s3:// data root's versions are published with a pack per node. Tests turn it off
 # to publish versions as they were before packs and check that readers still open them.
 PACK_ON_S3 = True
+# Whether a commit may build its version from the head and the change set alone (delta.py).
+# Tests turn it off to build the same lake both ways and compare.
+DELTA = True
 
 
 @gc_paused()
@@ -157,29 +163,42 @@ def commit(
             )
             at_commit.review.mark_superseded(session, dataset, latest.tag)
             return None
-        files, processed = _current_files(session, dataset, rh)
         # The parent is read through its chunks: what changed, not a row per sample (parent.py).
         prior = Parent.of(session, latest)
         same_recipe = latest is not None and latest.recipe_hash == rh
-        known_splits = prior.splits(session, data_root) if same_recipe else {}
-        # Near-duplicates: hash only the contents the parent lacks; a new one joins the split
-        # of the existing contents it is a near-duplicate of (pipeline/datasets/quality/).
-        near = prepare_near(
-            data_root, dataset, recipe, files, processed,
-            known_splits if latest is not None and latest.recipe_hash == rh else {},
-        )  # fmt: skip
-        if latest is None or latest.recipe_hash != rh or recipe.split.group_regex:
-            known_splits = {}  # a split depends on the md5 alone only under the same recipe, without group_regex
-        samples, invalid = _assemble(
-            recipe, files, processed, sidecar, {**known_splits, **near.splits}
-        )
-        # Fail, never publish without them, when files lost rows the build counted on (the
-        # files without processed rows are the pending ones: one pass finds them for both).
-        left_out = pending_rows(files, processed, recipe)
+        delta = None
+        if WRITE_FORMAT != 1 and DELTA and delta_commit.applies(recipe, prior, since, same_recipe):
+            try:
+                # The head and the change set alone: O(changes), not O(samples) (delta.py).
+                delta = delta_commit.prepare(
+                    session, data_root, dataset, recipe, since, prior, sidecar
+                )
+            except delta_commit.Fallback as exc:
+                log.info("%s: full commit (%s)", dataset, exc)
+        if delta is not None:
+            files, processed, near = delta.changes.files, delta.processed, delta.near
+            samples, invalid, left_out = delta.samples, delta.invalid, delta.left_out
+            version_id = delta.version_id
+        else:
+            files, processed = _current_files(session, dataset, rh)
+            known_splits = prior.splits(session, data_root) if same_recipe else {}
+            # Near-duplicates: hash only the contents the parent lacks; a new one joins the
+            # split of the existing contents it is a near-duplicate of (quality/neardup.py).
+            near = prepare_near(data_root, dataset, recipe, files, processed, known_splits)
+            if not same_recipe or recipe.split.group_regex:
+                known_splits = {}  # a split depends on the md5 alone only under the same recipe, without group_regex
+            samples, invalid = _assemble(
+                recipe, files, processed, sidecar, {**known_splits, **near.splits}
+            )
+            # The files without processed rows are the pending ones (one pass for both uses).
+            left_out = pending_rows(files, processed, recipe)
+            version_id = mf.version_id_for(
+                dataset, rh, [(s.md5, s.label, s.split) for s in samples]
+            )
+        # Fail, never publish without them, when files lost rows the build counted on.
         check_counted_on(
             session, data_root, dataset, recipe, left_out, processed, [r.segment_id for r in refs]
         )
-        version_id = mf.version_id_for(dataset, rh, [(s.md5, s.label, s.split) for s in samples])
         pending = [row[0] for row in left_out]
         if latest is not None and latest.version_id == version_id:
             at_commit.review.mark_superseded(session, dataset, latest.tag)
@@ -215,48 +234,70 @@ def commit(
         else:
             if folder.exists():
                 shutil.rmtree(folder)  # cannot be a version: the manifest is in the renamed folder
-            counts = counts_of(samples)
-            manifest = _manifest(
-                dataset,
-                recipe,
-                version_id,
-                parent,
-                counts,
-                invalid,
-                diff,
-                session,
-                format_version=WRITE_FORMAT,
-                mean_std=_train_mean_std(counts.train_weights, processed)
-                if WRITE_FORMAT == 1
-                else ([], []),
-            )
-            manifest["quality"] = compute_report(
-                near, recipe, SamplesView(samples), invalid, parent, session, data_root, processed
-            ).to_dict()
-            if WRITE_FORMAT == 1:
-                manifest_sha = _publish(folder, manifest, samples, invalid)
-            else:
+            if delta is not None:
                 with VersionWriter(folder) as writer:
-                    # Chunk files first (only the new ones are written), the manifest last.
-                    offered = settled = None
-                    if leafwise and same_recipe:  # another recipe's leaves cannot match
-                        offered = leaf_keys(session, data_root, prior.manifest)
-                        if since is not None and since.exact and _settles(recipe):
-                            # The head's leaves no changed path falls in need no formatting.
-                            affected = since.affected_paths(session, dataset, samples)
-                            settled = settled_leaves(session, [o[0] for o in offered], affected)
-                    tree = writer.chunks(
-                        data_root, samples, known_leaves(session), parent=offered, settled=settled
+                    manifest, tree, leaf_sums = delta_commit.write_manifest(
+                        writer, delta, dataset, recipe, parent, session, data_root
                     )
-                    if diff is None:
-                        manifest["diff"] = prior.diff_counts(session, samples, tree)
-                    leaf_sums = summaries.for_tree(session, tree, processed)
-                    manifest["mean"], manifest["std"] = summaries.mean_std(leaf_sums.ordered)
-                    writer.add(mf.INVALID, invalid_bytes(invalid))
-                    manifest["chunks"] = tree.manifest_section()
-                    if remote is not None and PACK_ON_S3:  # publish packs each node (chunkpack.py)
+                    if remote is not None and PACK_ON_S3:
                         manifest["chunks"]["packed"] = True
                     manifest_sha = writer.publish(manifest)
+            else:
+                counts = counts_of(samples)
+                manifest = _manifest(
+                    dataset,
+                    recipe,
+                    version_id,
+                    parent,
+                    counts,
+                    invalid,
+                    diff,
+                    session,
+                    format_version=WRITE_FORMAT,
+                    mean_std=_train_mean_std(counts.train_weights, processed)
+                    if WRITE_FORMAT == 1
+                    else ([], []),
+                )
+                manifest["quality"] = compute_report(
+                    near,
+                    recipe,
+                    SamplesView(samples),
+                    invalid,
+                    parent,
+                    session,
+                    data_root,
+                    processed,
+                ).to_dict()
+                if WRITE_FORMAT == 1:
+                    manifest_sha = _publish(folder, manifest, samples, invalid)
+                else:
+                    with VersionWriter(folder) as writer:
+                        # Chunk files first (only the new ones are written), the manifest last.
+                        offered = settled = None
+                        if leafwise and same_recipe:  # another recipe's leaves cannot match
+                            offered = leaf_keys(session, data_root, prior.manifest)
+                            if since is not None and since.exact and _settles(recipe):
+                                # The head's leaves no changed path falls in need no formatting.
+                                affected = since.affected_paths(session, dataset, samples)
+                                settled = settled_leaves(session, [o[0] for o in offered], affected)
+                        tree = writer.chunks(
+                            data_root,
+                            samples,
+                            known_leaves(session),
+                            parent=offered,
+                            settled=settled,
+                        )
+                        if diff is None:
+                            manifest["diff"] = prior.diff_counts(session, samples, tree)
+                        leaf_sums = summaries.for_tree(session, tree, processed)
+                        manifest["mean"], manifest["std"] = summaries.mean_std(leaf_sums.ordered)
+                        writer.add(mf.INVALID, invalid_bytes(invalid))
+                        manifest["chunks"] = tree.manifest_section()
+                        if (
+                            remote is not None and PACK_ON_S3
+                        ):  # publish packs each node (chunkpack.py)
+                            manifest["chunks"]["packed"] = True
+                        manifest_sha = writer.publish(manifest)
         if remote is not None:
             # Every object, the manifest last, BEFORE the store records the version: a version
             # the store (or a HEAD) names is always readable from S3 (publish.py).

@@ -206,3 +206,16 @@ def _train_mean_std(
     mean = total / count
     var = np.maximum(total_sq / count - mean * mean, 0.0)
     return [round(float(v), 6) for v in mean], [round(float(v), 6) for v in np.sqrt(var)]
+
+
+def counts_from(totals) -> Counts:
+    """The Counts of a version summed over its leaves (summaries.Totals)."""
+    return Counts(
+        samples=totals.samples,
+        split_n=dict(totals.split_n),
+        split_counts={split: dict(per) for split, per in totals.classes.items()},
+        files=totals.files,
+        duplicates=totals.dup_files,
+        segments=list(totals.segments),
+        first_segment=totals.segments[0] if totals.segments else None,
+    )

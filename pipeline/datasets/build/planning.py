@@ -115,7 +115,11 @@ def _current_files(
         (dataset,),
     )
     files.sort()  # by path: paths are unique in the ledger
-    wanted = {f[1] for f in files if f[1]}
+    return files, processed_rows(session, rh, {f[1] for f in files if f[1]})
+
+
+def processed_rows(session: Session, rh: str, wanted: set[str]) -> dict[str, _Processed]:
+    """What recipe ``rh`` made of each of these contents (those it processed)."""
     cols = 'md5, segment_id, "row", n_rows, status, reason, labels, lines, invalid_rows, stats'
     processed: dict[str, _Processed] = {}
     if len(wanted) > 2000:
@@ -137,4 +141,4 @@ def _current_files(
     for r in rows:
         if r[0] in wanted:
             processed[r[0]] = make(r)
-    return files, processed
+    return processed

@@ -101,9 +101,7 @@ def summarize(samples: Sequence, processed: dict) -> LeafSummary:
     if keep:
         w = np.asarray([weights[i] for i in keep])
         out.train_sum = (w @ np.asarray([parsed[i]["sum"] for i in keep], np.float64)).tolist()
-        out.train_sumsq = (
-            w @ np.asarray([parsed[i]["sumsq"] for i in keep], np.float64)
-        ).tolist()
+        out.train_sumsq = (w @ np.asarray([parsed[i]["sumsq"] for i in keep], np.float64)).tolist()
         out.train_count = float(w @ np.asarray([parsed[i]["count"] for i in keep], np.float64))
     return out
 

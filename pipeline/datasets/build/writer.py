@@ -17,7 +17,7 @@ from pipeline.datasets.build.values import (
     _Sample,
 )
 from pipeline.datasets.chunks import META_SUFFIX, LeafRef, Tree, chunk_relpath
-from pipeline.datasets.chunkwrite import write_tree
+from pipeline.datasets.chunkwrite import Piece, write_pieces, write_tree
 from pipeline.datasets.crash_points import pause_hook
 from pipeline.storage.durable import fsync_dir
 
@@ -61,7 +61,20 @@ class VersionWriter:
         parent: Sequence[tuple[LeafRef, bytes]] | None = None,
         settled: dict[str, bytes] | None = None,
     ) -> Tree:
-        tree = write_tree(data_root, samples, known=known, parent=parent, settled=settled)
+        return self._listed(
+            write_tree(data_root, samples, known=known, parent=parent, settled=settled)
+        )
+
+    def pieces(
+        self,
+        data_root: Path,
+        pieces: Sequence[Piece],
+        known: Callable[[list[str]], dict[str, str]] | None = None,
+    ) -> Tree:
+        """The delta commit's chunks: leaves already cut (build/delta.py)."""
+        return self._listed(write_pieces(data_root, pieces, known=known))
+
+    def _listed(self, tree: Tree) -> Tree:
         pause_hook("chunks_written")
         parts = "".join(chunk_relpath(leaf.hash, META_SUFFIX) + "\n" for leaf in tree.leaves)
         self.add(mf.PARTS, parts.encode())

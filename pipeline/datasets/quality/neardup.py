@@ -56,9 +56,28 @@ def kind_of(recipe) -> str:
     return {"image": "image", "table": "table"}.get(recipe.modality, "none")
 
 
+def index_ready(data_root: Path, dataset: str, recipe) -> bool:
+    """Whether a commit may hash only its new contents: no near-duplicate index is needed, or
+    the recipe's index exists (else prepare hashes every content of the version, once)."""
+    kind = kind_of(recipe)
+    if kind == "none":
+        return True
+    threshold = near_duplicate_distance(recipe) if kind == "image" else 0
+    root = index_root(data_root, dataset, recipe.recipe_hash, threshold)
+    return NearIndex(root, threshold).has_runs()
+
+
 def prepare(
-    data_root: Path, dataset: str, recipe, files, processed, known_splits: dict[str, str]
+    data_root: Path,
+    dataset: str,
+    recipe,
+    files,
+    processed,
+    known_splits: dict[str, str],
+    outside=None,
 ) -> NearDupState:
+    """``outside`` (the delta commit, whose ``files`` are only the changed ones): a function of
+    the edge graph giving the version's other contents in it, with their splits."""
     kind = kind_of(recipe)
     threshold = near_duplicate_distance(recipe) if kind == "image" else 0
     state = NearDupState(kind, threshold)
@@ -80,7 +99,10 @@ def prepare(
     state.new_samples = len(keys)
     state.edges, _ = index.add(keys, hashes)
     if kind == "image" and new and not recipe.split.group_regex:
-        state.splits = _splits_for_new(state.graph(), new, first_path, known_splits, recipe)
+        extra = outside(state.graph()) if outside is not None else {}
+        state.splits = _splits_for_new(
+            state.graph(), new, first_path, {**extra, **known_splits}, recipe, set(extra)
+        )
     return state
 
 
@@ -208,11 +230,11 @@ def _content(key: str) -> str:
 
 
 def _splits_for_new(
-    graph: EdgeGraph, new: list[str], first_path, known_splits, recipe
+    graph: EdgeGraph, new: list[str], first_path, known_splits, recipe, also: set[str] = frozenset()
 ) -> dict[str, str]:
     new_set = set(new)
     out: dict[str, str] = {}
-    for group in graph.groups(set(first_path)):
+    for group in graph.groups(set(first_path) | also):
         members = [m for m in group if m in new_set]
         if not members:
             continue

@@ -1,0 +1,330 @@
+"""The delta commit: a new version from its head and the ledger's change set alone.
+
+A full commit assembles every sample of the dataset from the ledger and the store, cuts them
+into leaves and sums them: O(samples) on every commit. When the head is this very assembly
+as of a known scan (``Since.exact``: build/changes.py) and an unchanged path keeps its sample
+whatever else changed (``applies``), every sample outside the change set is the head's, byte
+for byte. Then the commit needs only:
+
+- the **affected paths**: the changed and pending paths, the head's invalid files, and every
+  path of a content one of them had or has (a content's first path decides its split and which
+  of its paths are duplicates), closed under that rule; their samples are assembled as usual;
+- the **windows**: each run of the head's leaves that an affected path falls in (or beside),
+  widened by one leaf on each side, is read back from its metadata parts, merged with the
+  affected samples and cut again by the same rule, until the cut meets one of the head's leaf
+  boundaries again (then every later leaf is the head's: cuts depend on keys alone);
+- the rest of the head's leaves are taken whole, unread.
+
+The counts and mean/std are the leaves' summaries summed (summaries.py); ``version_id`` is the
+same function of the (md5, label, split) list as ``manifest.version_id_for``, computed in
+numpy from the leaves' indexes; the quality report reads the head through the store for the
+few contents it lists. tests/datasets/test_delta_commit.py holds the result to the full
+commit's, field for field, on random edits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from pipeline.datasets import chunks
+from pipeline.datasets import manifest as mf
+from pipeline.datasets.build.assemble import _assemble
+from pipeline.datasets.build.changes import Since, pending_rows
+from pipeline.datasets.build.planning import processed_rows
+from pipeline.datasets.build.values import _Sample
+from pipeline.datasets.build.windows import Fallback, cut, sample_of
+from pipeline.datasets.chunks import LeafRef, read_entries
+from pipeline.datasets.chunkwrite import Piece
+from pipeline.metadata.driver import driver_rows
+
+_IN_BATCH = 900
+
+
+def applies(recipe, prior, since: Since | None, same_recipe: bool) -> bool:
+    """Whether the head can anchor a delta: a chunked head of this recipe that is exactly the
+    assembly of a known ledger state, under a recipe where an unchanged path keeps its sample
+    (no labels file, no group_regex), and no per-version pass over every row (tables' column
+    statistics, regression targets' histogram)."""
+    return (
+        prior.chunked
+        and same_recipe
+        and since is not None
+        and since.exact
+        and recipe.labels.rule != "sidecar"
+        and not recipe.split.group_regex
+        and recipe.modality != "table"
+        and recipe.task != "regression"
+    )
+
+
+@dataclass
+class HeadEntry:
+    """One of the head's samples, as the store's chunk_entries row has it."""
+
+    chunk: str
+    path: str
+    md5: str
+    label: str | None
+    split: str
+    row: int
+    line: int | None
+    copy: int
+    duplicate: bool
+
+
+def head_entries(session: Session, version_id: str, md5s: set[str]) -> list[HeadEntry]:
+    """The head's samples of these contents (the md5 index, then the head's leaves)."""
+    out: list[HeadEntry] = []
+    ordered = sorted(md5s)
+    for i in range(0, len(ordered), _IN_BATCH):
+        part = ordered[i : i + _IN_BATCH]
+        out += [
+            HeadEntry(h, p, m, lab, sp, int(r), ln, int(c or 0), bool(d))
+            for h, p, m, lab, sp, r, ln, c, d in driver_rows(
+                session,
+                "SELECT ce.chunk_hash, ce.path, ce.md5, ce.label, ce.split, ce.row, ce.line, "
+                'ce."copy", ce.duplicate FROM chunk_entries ce JOIN version_chunks vc '
+                "ON vc.chunk_hash = ce.chunk_hash WHERE vc.version_id = ? "
+                f"AND ce.md5 IN ({', '.join('?' * len(part))})",
+                (version_id, *part),
+            )
+        ]
+    return out
+
+
+def _ledger_rows(session: Session, dataset: str, paths: list[str]) -> list[tuple]:
+    out: list[tuple] = []
+    for i in range(0, len(paths), _IN_BATCH):
+        part = paths[i : i + _IN_BATCH]
+        out += driver_rows(
+            session,
+            "SELECT path, md5, size, mtime_ns, status, error FROM ledger_files "
+            f"WHERE dataset = ? AND deleted_at IS NULL AND path IN ({', '.join('?' * len(part))})",
+            (dataset, *part),
+        )
+    out.sort()  # by path, in code point order like the full commit
+    return out
+
+
+@dataclass
+class Changes:
+    """The change set, closed: every path whose sample may differ from the head's."""
+
+    affected: list[str]  # sorted
+    files: list[tuple]  # their ledger rows now (path, md5, size, mtime_ns, status, error)
+    processed: dict  # md5 -> _Processed of their contents
+    known_splits: dict[str, str]  # the head's split of each of their contents it holds
+    contents: set[str]  # every md5 the affected paths had or have
+
+
+def gather(session: Session, dataset: str, recipe_hash: str, since: Since) -> Changes:
+    changed = since.changed(session, dataset)
+    pending = since.pending_rows(session)
+    paths = {row[0] for row in changed} | set(since.pending)
+    paths |= {
+        r[0]
+        for r in driver_rows(
+            session,
+            "SELECT DISTINCT path FROM version_invalid WHERE version_id = ?",
+            (since.version_id,),
+        )
+    }
+    md5s = {row[1] for row in changed if row[1]} | {row[1] for row in pending if row[1]}
+    md5s |= since._head_md5s(session, sorted(paths))
+    queried: set[str] = set()
+    files: list[tuple] = []
+    known: dict[str, str] = {}
+    while True:
+        # Every path of every content touched, then those paths' contents now, until no new
+        # path comes in (one round or two: a content's paths are few).
+        todo = md5s - queried
+        queried |= todo
+        for e in head_entries(session, since.version_id, todo):
+            paths.add(e.path)
+            known[e.md5] = e.split
+        files = _ledger_rows(session, dataset, sorted(paths))
+        md5s |= {f[1] for f in files if f[1]}
+        if md5s <= queried:
+            break
+    processed = processed_rows(session, recipe_hash, {f[1] for f in files if f[1]})
+    return Changes(sorted(paths), files, processed, known, queried)
+
+
+def assemble_changes(recipe, changes: Changes, sidecar, near_splits: dict[str, str]):
+    """The affected paths' samples, their invalid files (all the version has: the head's are
+    affected paths) and the files left out for want of a processed sample."""
+    samples, invalid = _assemble(
+        recipe, changes.files, changes.processed, sidecar, {**changes.known_splits, **near_splits}
+    )
+    return samples, invalid, pending_rows(changes.files, changes.processed, recipe)
+
+
+# ---- the delta version -------------------------------------------------------------------------
+
+
+@dataclass
+class DeltaVersion:
+    """What the commit needs of a delta version before it writes anything."""
+
+    changes: Changes
+    samples: list[_Sample]  # the affected paths' samples
+    invalid: list[dict]  # the version's invalid files and lines
+    left_out: list[tuple]  # files left out for want of a processed sample (pending)
+    near: object  # NearDupState
+    pieces: list[Piece]
+    processed: dict  # md5 -> _Processed of every sample the commit holds in memory
+    diff: dict[str, int]
+    version_id: str
+
+
+def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Since, prior, sidecar):
+    """The delta version of the head ``prior`` and the change set since it (raises Fallback
+    when the head's files cannot give it exactly)."""
+    from pipeline.datasets.build.chunkrows import leaf_edges
+    from pipeline.datasets.quality import neardup
+
+    rh = recipe.recipe_hash
+    if not neardup.index_ready(data_root, dataset, recipe):
+        raise Fallback("the near-duplicate index is not built yet")
+    changes = gather(session, dataset, rh, since)
+
+    def outside(graph) -> dict[str, str]:
+        keys = graph.contents() - changes.contents
+        return {e.md5: e.split for e in head_entries(session, since.version_id, keys)}
+
+    near = neardup.prepare(
+        data_root, dataset, recipe, changes.files, changes.processed, changes.known_splits,
+        outside=outside,
+    )  # fmt: skip
+    samples, invalid, left_out = assemble_changes(recipe, changes, sidecar, near.splits)
+    try:
+        head_leaves = chunks.walk_leaves(data_root, prior.manifest["chunks"])
+    except chunks.ChunkError as exc:
+        raise Fallback(str(exc)) from None
+    cutting = cut(
+        data_root, head_leaves, leaf_edges(session, head_leaves), changes.affected, samples
+    )
+    processed = dict(changes.processed)
+    wanted = {s.md5 for s in cutting.read_back if s.split == "train"} - processed.keys()
+    processed.update(processed_rows(session, rh, wanted))
+    indexes = [
+        chunks.decode_index(chunks.index_bytes(part))
+        if part is not None and reused is None
+        else _reused_index(data_root, reused)
+        for _h, _size, reused, part in cutting.pieces
+    ]
+    return DeltaVersion(
+        changes=changes,
+        samples=samples,
+        invalid=invalid,
+        left_out=left_out,
+        near=near,
+        pieces=cutting.pieces,
+        processed=processed,
+        diff=_diff_counts(session, since.version_id, changes.affected, samples),
+        version_id=mf.version_id_of_indexes(dataset, rh, indexes),
+    )
+
+
+def _reused_index(data_root: Path, leaf: LeafRef) -> dict:
+    try:
+        return chunks.read_index(data_root, leaf)
+    except chunks.ChunkError as exc:
+        raise Fallback(str(exc)) from None
+
+
+def _diff_counts(session: Session, head_id: str, affected: list[str], samples) -> dict[str, int]:
+    """added / removed / changed paths against the head: only affected paths can differ."""
+    from pipeline.datasets.version_rows import path_diff, paths_in
+
+    new: dict[str, tuple] = {}
+    for s in samples:
+        new.setdefault(s.path, (s.md5, s.label))
+    old = {p: v[:2] for p, v in paths_in(session, head_id, affected).items()}
+    d = path_diff(old, new)
+    return {k: len(d[k]) for k in ("added", "removed", "changed")}
+
+
+def load_leaf(session: Session, data_root: Path, recipe_hash: str):
+    """For summaries.for_tree: a head leaf recorded before summaries, read from its metadata
+    part, with its train contents' processed rows."""
+
+    def load(h: str):
+        part = [sample_of(r) for r in read_entries(data_root, h)]
+        wanted = {s.md5 for s in part if s.split == "train"}
+        return part, processed_rows(session, recipe_hash, wanted)
+
+    return load
+
+
+class DeltaView:
+    """compute_report's view of a delta version: its totals, the affected samples in memory,
+    the head's other samples through the store (only the contents the report lists)."""
+
+    def __init__(self, session: Session, head_id: str, delta: DeltaVersion, totals) -> None:
+        self._session, self._head, self._delta, self._totals = session, head_id, delta, totals
+        self.count = totals.samples
+        self.train = totals.split_n["train"]
+        self.paths = totals.files
+        self.samples = None  # tables (the only view that reads every row) never take a delta
+
+    def present(self, keys: set[str]) -> set[str]:
+        inside = {s.md5 for s in self._delta.samples} & keys
+        outside = keys - self._delta.changes.contents
+        return inside | {e.md5 for e in head_entries(self._session, self._head, outside)}
+
+    def duplicated(self) -> set[str]:
+        return set(self._totals.dup_md5s)
+
+    def members(self, wanted: set[str]) -> dict[str, list]:
+        out: dict[str, list] = {}
+        touched = self._delta.changes.contents
+        for s in self._delta.samples:
+            if not s.copy and s.md5 in wanted and s.md5 in touched:
+                out.setdefault(s.md5, []).append(s)
+        rest = sorted(
+            (e for e in head_entries(self._session, self._head, wanted - touched) if not e.copy),
+            key=lambda e: (e.path, e.line or 0),
+        )
+        for e in rest:
+            out.setdefault(e.md5, []).append(e)
+        return out
+
+    def plain_classes(self) -> dict[str, dict[str, int]]:
+        return {
+            split: {str(label): n for label, n in per.items()}
+            for split, per in self._totals.plain_classes.items()
+        }
+
+
+def write_manifest(writer, delta: DeltaVersion, dataset, recipe, parent, session, data_root):
+    """A delta version's manifest, from its leaves' summaries; its chunk files written."""
+    from pipeline.datasets.build import summaries
+    from pipeline.datasets.build.chunkrows import known_leaves
+    from pipeline.datasets.build.contents import _manifest, counts_from
+    from pipeline.datasets.build.writer import invalid_bytes
+    from pipeline.datasets.quality.compute import compute_report
+
+    tree = writer.pieces(data_root, delta.pieces, known_leaves(session))
+    leaf_sums = summaries.for_tree(
+        session,
+        tree,
+        delta.processed,
+        load=load_leaf(session, data_root, recipe.recipe_hash),
+    )
+    totals = summaries.totals(leaf_sums.ordered)
+    counts = counts_from(totals)
+    manifest = _manifest(
+        dataset, recipe, delta.version_id, parent, counts, delta.invalid, delta.diff, session,
+        format_version=mf.FORMAT_VERSION, mean_std=(totals.mean, totals.std),
+    )  # fmt: skip
+    view = DeltaView(session, parent.version_id, delta, totals)
+    manifest["quality"] = compute_report(
+        delta.near, recipe, view, delta.invalid, parent, session, data_root, delta.processed
+    ).to_dict()
+    writer.add(mf.INVALID, invalid_bytes(delta.invalid))
+    manifest["chunks"] = tree.manifest_section()
+    return manifest, tree, leaf_sums

@@ -1,0 +1,195 @@
+"""The delta commit (pipeline/datasets/build/delta.py) against the full commit: two homes hold
+the same lake, edited the same way (new files in every class folder, a new folder, deletions,
+rewrites, duplicates across classes, near-duplicates, corrupt files), one built with delta
+commits and one with full commits only. Every version must come out identical: its id, its
+manifest (counts, classes, mean/std, diff, quality report, chunk tree), its metadata parts and
+its invalid list. Small leaves (a 4-sample cut target) so that edits fall inside, beside and
+across many leaves and nodes, forced cuts included."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.datasets.conftest import write_jpeg, write_recipe
+
+CLASSES = ("cat", "dog", "emu")
+
+
+def _near_copy(src: Path, dst: Path) -> None:
+    """The same picture with one pixel nudged: other bytes, a near-duplicate."""
+    pixels = np.asarray(Image.open(src).convert("RGB")).copy()
+    pixels[0, 0] = (pixels[0, 0].astype(int) + 9) % 256
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(dst, format="PNG")
+
+
+def _edit(lake: Path, rng: random.Random, round_: int) -> None:
+    """One round of edits a team makes between two builds."""
+    files = sorted(p for p in (lake / "pets").rglob("*") if p.is_file())
+    for k in range(rng.randint(1, 6)):  # new files in several class folders
+        write_jpeg(
+            lake / f"pets/{rng.choice(CLASSES)}/n{round_}_{k}.jpg", seed=rng.randrange(10**6)
+        )
+    for p in rng.sample(files, 2):  # deletions
+        p.unlink()
+        files.remove(p)
+    victim = rng.choice(files)  # new bytes at an old path
+    write_jpeg(victim, seed=rng.randrange(10**6))
+    dup = rng.choice(files)  # the same content in another class: duplicate + label conflict
+    shutil.copyfile(dup, lake / f"pets/{rng.choice(CLASSES)}/dup{round_}.jpg")
+    _near_copy(rng.choice(files), lake / f"pets/{rng.choice(CLASSES)}/near{round_}.png")
+    if round_ == 1:
+        for k in range(5):  # a new folder
+            write_jpeg(lake / f"pets/fox/{k:03d}.jpg", seed=rng.randrange(10**6))
+        (lake / "pets/dog/broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    if round_ == 2:
+        (lake / "pets/dog/broken.jpg").unlink()
+
+
+def _mirror(src: Path, dst: Path) -> None:
+    """dst becomes an exact copy of src, mtimes included (copy2)."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, copy_function=shutil.copy2)
+
+
+def _version_files(data: Path, version_id: str) -> dict:
+    folder = next((data / "datasets" / "pets").glob(f"*{version_id}*"))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for volatile in ("created_at", "tag"):
+        manifest.pop(volatile)
+    manifest["quality"]["drift"].pop("parent", None)  # the parent's tag (dated)
+    parts = (folder / "parts.txt").read_text().split()
+    return {
+        "manifest": manifest,
+        "parts": parts,
+        "metadata": b"".join((data / p).read_bytes() for p in parts),
+        "invalid": (folder / "invalid.jsonl").read_bytes(),
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed) -> None:
+    from pipeline.datasets import chunks
+    from pipeline.datasets.build import committing, delta, run_build
+    from pipeline.settings import get_settings
+
+    monkeypatch.setattr(chunks, "LEAF_TARGET", 4)
+    monkeypatch.setattr(chunks, "LEAF_MAX", 12)
+    monkeypatch.setattr(chunks, "NODE_TARGET", 4)
+    monkeypatch.setattr(chunks, "NODE_MAX", 16)
+    homes = {mode: tmp_path / mode for mode in ("delta", "full")}
+    for home in homes.values():
+        (home / "lake").mkdir(parents=True)
+        write_recipe(home, "pets")
+    rng = random.Random(seed)
+    lake = homes["delta"] / "lake"
+    for cls in CLASSES:
+        for i in range(rng.randint(15, 30)):
+            write_jpeg(
+                lake / f"pets/{cls}/{i:03d}.jpg", seed=seed * 10**5 + hash(cls) % 997 * 100 + i
+            )
+
+    took: list[str] = []
+    real_prepare = delta.prepare
+
+    def spy(*args, **kwargs):
+        out = real_prepare(*args, **kwargs)
+        took.append(out.version_id)
+        return out
+
+    monkeypatch.setattr(delta, "prepare", spy)
+
+    def build(mode: str):
+        home = homes[mode]
+        monkeypatch.setenv("LAKETRAIN_HOME", str(home))
+        monkeypatch.setenv("LAKE_DIR", str(home / "lake"))
+        monkeypatch.setenv("DATA_ROOT", str(home / "data"))
+        monkeypatch.setenv("RECIPES_DIR", str(home / "recipes"))
+        monkeypatch.setenv("CHECKPOINT_URL", (home / "objects").as_uri())
+        monkeypatch.setenv("METADATA_DB_URL", f"sqlite:///{home / 'metadata.db'}")
+        monkeypatch.setenv("SETTLE_SECONDS", "0")
+        get_settings.cache_clear()
+        monkeypatch.setattr(committing, "DELTA", mode == "delta")
+        return run_build("pets", workers=1)
+
+    seen = {"near": 0, "conflicts": 0, "invalid": 0, "leaves": 0}
+    for round_ in range(4):
+        if round_:
+            _edit(lake, rng, round_)
+        _mirror(lake, homes["full"] / "lake")
+        took.clear()
+        a, b = build("delta"), build("full")
+        assert (a.version is None) == (b.version is None)
+        if a.version is None:
+            continue
+        assert (
+            round_,
+            a.version.samples,
+            a.version.train,
+            a.version.added,
+            a.version.removed,
+            a.version.changed,
+        ) == (
+            round_,
+            b.version.samples,
+            b.version.train,
+            b.version.added,
+            b.version.removed,
+            b.version.changed,
+        )
+        assert a.version.version_id == b.version.version_id
+        if round_:
+            assert took == [a.version.version_id], "the delta commit did not run"
+        got = _version_files(homes["delta"] / "data", a.version.version_id)
+        want = _version_files(homes["full"] / "data", b.version.version_id)
+        assert got["manifest"] == want["manifest"]
+        assert got == want
+        assert a.version.samples == want["manifest"]["counts"]["samples"]
+        quality = want["manifest"]["quality"]
+        seen["near"] += quality["near_duplicates"]["groups"]
+        seen["conflicts"] += quality["label_conflicts"]["count"]
+        seen["invalid"] += quality["invalid"]["count"]
+        seen["leaves"] = len(want["parts"])
+    # The edits reached what they are meant to: several leaves, near-duplicate groups, label
+    # conflicts and a corrupt file, each built both ways.
+    assert seen["leaves"] >= 10 and seen["near"] and seen["conflicts"] and seen["invalid"], seen
+
+
+def test_version_id_from_the_leaf_indexes_is_version_id_for() -> None:
+    """manifest.version_id_of_indexes (numpy, from the leaves' .idx) is manifest.version_id_for."""
+    from pipeline.datasets import chunks
+    from pipeline.datasets import manifest as mf
+    from pipeline.datasets.build.values import _Sample
+    from pipeline.datasets.manifest import version_id_of_indexes as version_id_of
+
+    rng = random.Random(7)
+    labels = [None, "a", "ab", "b", "é", "Z z"]
+    samples = [
+        _Sample(
+            f"d/{rng.choice('xyz')}/{i:04d}",
+            f"{rng.randrange(40):032x}",
+            rng.choice(labels),
+            rng.choice(("train", "val")),
+            f"seg{rng.randrange(3)}",
+            i,
+            1,
+            1,
+            False,
+            None,
+            0,
+        )  # fmt: skip
+        for i in range(500)
+    ]
+    leaves = [samples[a:b] for a, b in chunks.leaf_bounds(samples)]
+    indexes = [chunks.decode_index(chunks.index_bytes(part)) for part in leaves]
+    want = mf.version_id_for("d", "r" * 64, [(s.md5, s.label, s.split) for s in samples])
+    assert version_id_of("d", "r" * 64, indexes) == want
+    assert version_id_of("e", "r" * 64, indexes) != want
