@@ -75,8 +75,29 @@ def _version_files(data: Path, version_id: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed) -> None:
+def _forget_summaries(db: Path) -> None:
+    """The store as a release before leaf summaries left it (migration 0011: NULL)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE chunks SET summary = NULL")
+
+
+def _missing_summaries(db: Path, version_id: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM chunks c JOIN version_chunks vc ON vc.chunk_hash = c.hash "
+            "WHERE vc.version_id = ? AND c.summary IS NULL",
+            (version_id,),
+        ).fetchone()[0]
+
+
+@pytest.mark.parametrize(("seed", "old_head"), [(0, False), (1, False), (2, False), (3, True)])
+def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head) -> None:
+    """``old_head``: the first version's leaves have no summary (built before 0011); the
+    delta commit computes them from the leaves' metadata parts, and stores them."""
     from pipeline.datasets import chunks
     from pipeline.datasets.build import committing, delta, run_build
     from pipeline.settings import get_settings
@@ -94,7 +115,7 @@ def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed) -> None:
     for cls in CLASSES:
         for i in range(rng.randint(15, 30)):
             write_jpeg(
-                lake / f"pets/{cls}/{i:03d}.jpg", seed=seed * 10**5 + hash(cls) % 997 * 100 + i
+                lake / f"pets/{cls}/{i:03d}.jpg", seed=seed * 10**5 + CLASSES.index(cls) * 100 + i
             )
 
     took: list[str] = []
@@ -146,6 +167,11 @@ def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed) -> None:
             b.version.changed,
         )
         assert a.version.version_id == b.version.version_id
+        if round_ == 0 and old_head:
+            for home in homes.values():
+                _forget_summaries(home / "metadata.db")
+        if round_ == 1 and old_head:
+            assert _missing_summaries(homes["delta"] / "metadata.db", a.version.version_id) == 0
         if round_:
             assert took == [a.version.version_id], "the delta commit did not run"
         got = _version_files(homes["delta"] / "data", a.version.version_id)

@@ -149,7 +149,8 @@ def gather(session: Session, dataset: str, recipe_hash: str, since: Since) -> Ch
         md5s |= {f[1] for f in files if f[1]}
         if md5s <= queried:
             break
-    processed = processed_rows(session, recipe_hash, {f[1] for f in files if f[1]})
+    wanted = {f[1] for f in files if f[1]}
+    processed = processed_rows(session, recipe_hash, wanted, whole_table_above=None)
     return Changes(sorted(paths), files, processed, known, queried)
 
 
@@ -207,14 +208,19 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
     cutting = cut(
         data_root, head_leaves, leaf_edges(session, head_leaves), changes.affected, samples
     )
+    # The stats of the windows' unchanged samples: the sums of their leaves' summaries (new
+    # leaves, and head leaves recorded before summaries).
     processed = dict(changes.processed)
-    wanted = {s.md5 for s in cutting.read_back if s.split == "train"} - processed.keys()
-    processed.update(processed_rows(session, rh, wanted))
+    wanted = {
+        s.md5 for _h, _size, _reused, part in cutting if part is not None for s in part
+        if s.split == "train"
+    }  # fmt: skip
+    processed.update(processed_rows(session, rh, wanted - processed.keys(), whole_table_above=None))
     indexes = [
         chunks.decode_index(chunks.index_bytes(part))
         if part is not None and reused is None
         else _reused_index(data_root, reused)
-        for _h, _size, reused, part in cutting.pieces
+        for _h, _size, reused, part in cutting
     ]
     return DeltaVersion(
         changes=changes,
@@ -222,7 +228,7 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         invalid=invalid,
         left_out=left_out,
         near=near,
-        pieces=cutting.pieces,
+        pieces=cutting,
         processed=processed,
         diff=_diff_counts(session, since.version_id, changes.affected, samples),
         version_id=mf.version_id_of_indexes(dataset, rh, indexes),
@@ -255,7 +261,7 @@ def load_leaf(session: Session, data_root: Path, recipe_hash: str):
     def load(h: str):
         part = [sample_of(r) for r in read_entries(data_root, h)]
         wanted = {s.md5 for s in part if s.split == "train"}
-        return part, processed_rows(session, recipe_hash, wanted)
+        return part, processed_rows(session, recipe_hash, wanted, whole_table_above=None)
 
     return load
 

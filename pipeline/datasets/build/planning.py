@@ -118,11 +118,15 @@ def _current_files(
     return files, processed_rows(session, rh, {f[1] for f in files if f[1]})
 
 
-def processed_rows(session: Session, rh: str, wanted: set[str]) -> dict[str, _Processed]:
-    """What recipe ``rh`` made of each of these contents (those it processed)."""
+def processed_rows(
+    session: Session, rh: str, wanted: set[str], *, whole_table_above: int | None = 2000
+) -> dict[str, _Processed]:
+    """What recipe ``rh`` made of each of these contents (those it processed). Above
+    ``whole_table_above`` contents (the full commit: about all of them) the recipe's whole
+    table is read; a delta commit asks for its few thousand by index (None)."""
     cols = 'md5, segment_id, "row", n_rows, status, reason, labels, lines, invalid_rows, stats'
     processed: dict[str, _Processed] = {}
-    if len(wanted) > 2000:
+    if whole_table_above is not None and len(wanted) > whole_table_above:
         # Cheaper to read the recipe's whole table than to send thousands of bound values.
         rows = driver_rows(
             session, f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ?", (rh,)

@@ -12,7 +12,6 @@ tests/datasets/test_delta_commit.py checks against full commits.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.datasets import chunks
@@ -23,14 +22,6 @@ from pipeline.datasets.chunkwrite import Piece, _cuts
 
 class Fallback(Exception):
     """The delta cannot be built exactly from what is on disk: the commit assembles all."""
-
-
-@dataclass
-class Cut:
-    """The new version's leaves: the pieces to write, and the samples the commit read back."""
-
-    pieces: list[Piece] = field(default_factory=list)
-    read_back: list[_Sample] = field(default_factory=list)  # the windows' unchanged samples
 
 
 def sample_of(r: dict) -> _Sample:
@@ -55,7 +46,7 @@ def cut(
     edges: dict[str, tuple[tuple, tuple]],
     affected: list[str],
     samples: list[_Sample],
-) -> Cut:
+) -> list[Piece]:
     """Cut the new version: the head's leaves where nothing changed, cut again where the
     affected paths fall (``edges``: each head leaf's first and last (path, line, copy))."""
     m = len(head_leaves)
@@ -70,7 +61,7 @@ def cut(
         hi = bisect_right(firsts, path) - 1  # last leaf starting at or before it
         for k in range(max(min(lo, hi), 0), min(max(lo, hi), m - 1) + 1):
             dirty[k] = True
-    out = Cut()
+    out: list[Piece] = []
     gone = set(affected)  # the head's samples at these paths are replaced (or removed)
     by_path = [s.path for s in samples]
 
@@ -84,7 +75,7 @@ def cut(
     while k < m:
         if not dirty[k] and not (k + 1 < m and dirty[k + 1]):
             leaf = head_leaves[k]
-            out.pieces.append((leaf.hash, leaf.bytes, leaf, None))
+            out.append((leaf.hash, leaf.bytes, leaf, None))
             k += 1
             continue
         # A window: from this clean neighbour (or leaf 0) to one clean leaf past the dirty run.
@@ -93,22 +84,20 @@ def cut(
         while stop < m and (dirty[stop] or dirty[stop - 1]):
             stop += 1
         while True:
-            pieces, read = _cut_window(
+            pieces = _cut_window(
                 data_root, head_leaves[start:stop], gone, samples[_lo(start) : _hi(stop)]
             )
             last = pieces[-1][2] if pieces else None
             if stop >= m or (last is not None and last.hash == head_leaves[stop - 1].hash):
                 break
             stop += 1  # the cut has not met a head boundary yet: one more leaf
-        out.pieces += pieces
-        out.read_back += read
+        out += pieces
         k = stop
     return out
 
 
 def _cut_window(data_root: Path, leaves: list[LeafRef], gone: set[str], affected: list[_Sample]):
-    """Cut these head leaves again with the affected samples in their range: (the pieces, the
-    head's samples kept)."""
+    """Cut these head leaves again with the affected samples in their range."""
     kept: list[_Sample] = []
     offered: list[tuple[LeafRef, bytes]] = []
     for leaf in leaves:
@@ -125,4 +114,4 @@ def _cut_window(data_root: Path, leaves: list[LeafRef], gone: set[str], affected
     pieces: list[Piece] = [
         (h, size, reused, window[a:b]) for a, b, h, size, reused in _cuts(window, offered)
     ]
-    return pieces, kept
+    return pieces
