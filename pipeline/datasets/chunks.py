@@ -207,6 +207,14 @@ def _cut_at(samples: Sequence[SampleLike], start: int, i: int) -> bool:
     return _ends(hashlib.sha256(sample_key(samples[i])).hexdigest(), LEAF_TARGET)
 
 
+def cut_follows(sample: SampleLike, next_path: str, length: int) -> bool:
+    """Whether a leaf of ``length`` samples that ends with ``sample`` is cut there when the
+    next sample is at ``next_path`` (the rule of next_cut, for the delta commit's windows)."""
+    if length >= LEAF_MAX or top_folder(next_path) != top_folder(sample.path):
+        return True
+    return _ends(hashlib.sha256(sample_key(sample)).hexdigest(), LEAF_TARGET)
+
+
 def node_groups(leaves: Sequence[LeafRef]) -> list[list[LeafRef]]:
     groups: list[list[LeafRef]] = []
     current: list[LeafRef] = []

@@ -9,6 +9,7 @@ across many leaves and nodes, forced cuts included."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -32,7 +33,7 @@ def _near_copy(src: Path, dst: Path) -> None:
 
 def _edit(lake: Path, rng: random.Random, round_: int) -> None:
     """One round of edits a team makes between two builds."""
-    files = sorted(p for p in (lake / "pets").rglob("*") if p.is_file())
+    files = sorted(p for p in (lake / "pets").rglob("*") if p.is_file() and p.stem != "broken")
     for k in range(rng.randint(1, 6)):  # new files in several class folders
         write_jpeg(
             lake / f"pets/{rng.choice(CLASSES)}/n{round_}_{k}.jpg", seed=rng.randrange(10**6)
@@ -43,7 +44,8 @@ def _edit(lake: Path, rng: random.Random, round_: int) -> None:
     victim = rng.choice(files)  # new bytes at an old path
     write_jpeg(victim, seed=rng.randrange(10**6))
     dup = rng.choice(files)  # the same content in another class: duplicate + label conflict
-    shutil.copyfile(dup, lake / f"pets/{rng.choice(CLASSES)}/dup{round_}.jpg")
+    other = rng.choice([c for c in CLASSES if c != dup.parent.name])
+    shutil.copyfile(dup, lake / f"pets/{other}/dup{round_}.jpg")
     _near_copy(rng.choice(files), lake / f"pets/{rng.choice(CLASSES)}/near{round_}.png")
     if round_ == 1:
         for k in range(5):  # a new folder
@@ -51,6 +53,12 @@ def _edit(lake: Path, rng: random.Random, round_: int) -> None:
         (lake / "pets/dog/broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
     if round_ == 2:
         (lake / "pets/dog/broken.jpg").unlink()
+    if round_ == 3:  # a run of consecutive files gone: whole leaves emptied
+        folder = sorted(p for p in files if p.parent.name == rng.choice(CLASSES))
+        start = rng.randrange(max(1, len(folder) - 12))
+        for p in folder[start : start + 12]:
+            if p.exists():
+                p.unlink()
 
 
 def _mirror(src: Path, dst: Path) -> None:
@@ -94,7 +102,11 @@ def _missing_summaries(db: Path, version_id: str) -> int:
         ).fetchone()[0]
 
 
-@pytest.mark.parametrize(("seed", "old_head"), [(0, False), (1, False), (2, False), (3, True)])
+# LAKETRAIN_DELTA_SEEDS=N runs N seeds (a longer search than make test's four).
+SEEDS = int(os.environ.get("LAKETRAIN_DELTA_SEEDS") or 4)
+
+
+@pytest.mark.parametrize(("seed", "old_head"), [(s, s % 4 == 3) for s in range(SEEDS)])
 def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head) -> None:
     """``old_head``: the first version's leaves have no summary (built before 0011); the
     delta commit computes them from the leaves' metadata parts, and stores them."""

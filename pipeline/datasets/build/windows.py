@@ -54,64 +54,84 @@ def cut(
         raise Fallback("the head's leaves are not all recorded")
     firsts = [edges[leaf.hash][0][0] for leaf in head_leaves]
     lasts = [edges[leaf.hash][1][0] for leaf in head_leaves]
+    gone = set(affected)  # the head's samples at these paths are replaced (or removed)
     dirty = [False] * m
     for path in affected:
-        # The leaves whose path range holds it, or the two it falls between.
-        lo = bisect_left(lasts, path)  # first leaf ending at or after it
-        hi = bisect_right(firsts, path) - 1  # last leaf starting at or before it
-        for k in range(max(min(lo, hi), 0), min(max(lo, hi), m - 1) + 1):
-            dirty[k] = True
-    out: list[Piece] = []
-    gone = set(affected)  # the head's samples at these paths are replaced (or removed)
+        lo = bisect_left(lasts, path)  # the first leaf ending at or after it
+        hi = bisect_right(firsts, path) - 1  # the last leaf starting at or before it
+        if lo <= hi:
+            dirty[lo : hi + 1] = [True] * (hi + 1 - lo)  # inside (a path may span leaves)
+        else:
+            dirty[max(hi, 0)] = True  # between two leaves: the one before (or leaf 0)
     by_path = [s.path for s in samples]
-
-    def _lo(start: int) -> int:  # the affected samples from leaf ``start``'s first path on
-        return 0 if start == 0 else bisect_left(by_path, firsts[start])
-
-    def _hi(stop: int) -> int:  # ... to leaf ``stop - 1``'s last path
-        return len(samples) if stop >= m else bisect_right(by_path, lasts[stop - 1])
-
+    out: list[Piece] = []
+    window_end = 0  # the head leaf after the last window (out holds whole leaves from there)
     k = 0
     while k < m:
-        if not dirty[k] and not (k + 1 < m and dirty[k + 1]):
+        if not dirty[k]:
             leaf = head_leaves[k]
             out.append((leaf.hash, leaf.bytes, leaf, None))
             k += 1
             continue
-        # A window: from this clean neighbour (or leaf 0) to one clean leaf past the dirty run.
-        start = k
-        stop = k + 1
-        while stop < m and (dirty[stop] or dirty[stop - 1]):
+        start, stop = k, k + 1
+        while stop < m and dirty[stop]:
             stop += 1
+        if start > 0 and firsts[start] in gone:
+            # The cut before this leaf follows its first sample's folder, which changed: from
+            # the leaf before it.
+            start -= 1
         while True:
-            pieces = _cut_window(
-                data_root, head_leaves[start:stop], gone, samples[_lo(start) : _hi(stop)]
-            )
-            last = pieces[-1][2] if pieces else None
-            if stop >= m or (last is not None and last.hash == head_leaves[stop - 1].hash):
+            if start < window_end:
+                raise Fallback("two windows meet")  # rare: a whole leaf emptied between them
+            del out[len(out) - (k - start) :]  # the whole leaves the window now covers
+            k = start
+            lo = 0 if start == 0 else bisect_left(by_path, firsts[start])
+            hi = len(samples) if stop >= m else bisect_left(by_path, firsts[stop])
+            window = _window(data_root, head_leaves[start:stop], gone, samples[lo:hi])
+            if not window and start > 0:
+                start -= 1  # nothing left here: the cut before it moves too
+                continue
+            cuts = _cuts(window, _offered(data_root, head_leaves[start:stop]))
+            if (
+                stop >= m
+                or not window
+                or chunks.cut_follows(window[-1], firsts[stop], cuts[-1][1] - cuts[-1][0])
+            ):
                 break
-            stop += 1  # the cut has not met a head boundary yet: one more leaf
-        out += pieces
-        k = stop
+            # The window's last sample does not end a leaf before the next head leaf: the cut
+            # runs into it, and on until a head boundary.
+            stop += 1
+            while stop < m and dirty[stop]:
+                stop += 1
+        out += [(h, size, reused, window[a:b]) for a, b, h, size, reused in cuts]
+        k = window_end = stop
     return out
 
 
-def _cut_window(data_root: Path, leaves: list[LeafRef], gone: set[str], affected: list[_Sample]):
-    """Cut these head leaves again with the affected samples in their range."""
-    kept: list[_Sample] = []
-    offered: list[tuple[LeafRef, bytes]] = []
-    for leaf in leaves:
-        try:
-            part = [sample_of(r) for r in read_entries(data_root, leaf.hash)]
-        except chunks.ChunkError as exc:
-            raise Fallback(str(exc)) from None
-        if part:
-            offered.append((leaf, sample_key(part[0])))
-        kept += [s for s in part if s.path not in gone]
+def _offered(data_root: Path, leaves: list[LeafRef]) -> list[tuple[LeafRef, bytes]]:
+    """Each head leaf with its first sample's key, for _cuts (a run that formats to one of
+    them is that leaf)."""
+    return [(leaf, sample_key(sample_of(_entries(data_root, leaf)[0]))) for leaf in leaves]
+
+
+def _entries(data_root: Path, leaf: LeafRef) -> list[dict]:
+    try:
+        return read_entries(data_root, leaf.hash)
+    except chunks.ChunkError as exc:
+        raise Fallback(str(exc)) from None
+
+
+def _window(
+    data_root: Path, leaves: list[LeafRef], gone: set[str], affected: list[_Sample]
+) -> list[_Sample]:
+    """The new samples over these head leaves: theirs but the affected paths', and the
+    affected samples in their range, by path."""
+    kept = [
+        s
+        for leaf in leaves
+        for s in map(sample_of, _entries(data_root, leaf))
+        if s.path not in gone
+    ]
     # An affected path's samples all come from the change set: merge by path (a stable sort
     # keeps each path's rows in their order).
-    window = sorted(kept + affected, key=lambda s: s.path)
-    pieces: list[Piece] = [
-        (h, size, reused, window[a:b]) for a, b, h, size, reused in _cuts(window, offered)
-    ]
-    return pieces
+    return sorted(kept + affected, key=lambda s: s.path)
