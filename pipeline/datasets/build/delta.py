@@ -95,6 +95,24 @@ def head_entries(session: Session, version_id: str, md5s: set[str]) -> list[Head
     return out
 
 
+class HeadLookup:
+    """head_entries, each content asked for once per commit (the near-duplicate split, the
+    report's contents and its members all ask about the edge graph's contents)."""
+
+    def __init__(self, session: Session, version_id: str) -> None:
+        self._session, self.version_id = session, version_id
+        self._by_md5: dict[str, list[HeadEntry]] = {}
+
+    def of(self, md5s: set[str]) -> list[HeadEntry]:
+        todo = md5s - self._by_md5.keys()
+        if todo:
+            for md5 in todo:
+                self._by_md5[md5] = []
+            for e in head_entries(self._session, self.version_id, todo):
+                self._by_md5[e.md5].append(e)
+        return [e for md5 in sorted(md5s) for e in self._by_md5[md5]]
+
+
 def _ledger_rows(session: Session, dataset: str, paths: list[str]) -> list[tuple]:
     out: list[tuple] = []
     for i in range(0, len(paths), _IN_BATCH):
@@ -175,6 +193,7 @@ class DeltaVersion:
     invalid: list[dict]  # the version's invalid files and lines
     left_out: list[tuple]  # files left out for want of a processed sample (pending)
     near: object  # NearDupState
+    head: HeadLookup
     pieces: list[Piece]
     processed: dict  # md5 -> _Processed of every sample the commit holds in memory
     diff: dict[str, int]
@@ -192,9 +211,10 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         raise Fallback("the near-duplicate index is not built yet")
     changes = gather(session, dataset, rh, since)
 
+    head = HeadLookup(session, since.version_id)
+
     def outside(graph) -> dict[str, str]:
-        keys = graph.contents() - changes.contents
-        return {e.md5: e.split for e in head_entries(session, since.version_id, keys)}
+        return {e.md5: e.split for e in head.of(graph.contents() - changes.contents)}
 
     near = neardup.prepare(
         data_root, dataset, recipe, changes.files, changes.processed, changes.known_splits,
@@ -228,6 +248,7 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         invalid=invalid,
         left_out=left_out,
         near=near,
+        head=head,
         pieces=cutting,
         processed=processed,
         diff=_diff_counts(session, since.version_id, changes.affected, samples),
@@ -270,8 +291,8 @@ class DeltaView:
     """compute_report's view of a delta version: its totals, the affected samples in memory,
     the head's other samples through the store (only the contents the report lists)."""
 
-    def __init__(self, session: Session, head_id: str, delta: DeltaVersion, totals) -> None:
-        self._session, self._head, self._delta, self._totals = session, head_id, delta, totals
+    def __init__(self, delta: DeltaVersion, totals) -> None:
+        self._delta, self._totals = delta, totals
         self.count = totals.samples
         self.train = totals.split_n["train"]
         self.paths = totals.files
@@ -280,7 +301,7 @@ class DeltaView:
     def present(self, keys: set[str]) -> set[str]:
         inside = {s.md5 for s in self._delta.samples} & keys
         outside = keys - self._delta.changes.contents
-        return inside | {e.md5 for e in head_entries(self._session, self._head, outside)}
+        return inside | {e.md5 for e in self._delta.head.of(outside)}
 
     def duplicated(self) -> set[str]:
         return set(self._totals.dup_md5s)
@@ -292,7 +313,7 @@ class DeltaView:
             if not s.copy and s.md5 in wanted and s.md5 in touched:
                 out.setdefault(s.md5, []).append(s)
         rest = sorted(
-            (e for e in head_entries(self._session, self._head, wanted - touched) if not e.copy),
+            (e for e in self._delta.head.of(wanted - touched) if not e.copy),
             key=lambda e: (e.path, e.line or 0),
         )
         for e in rest:
@@ -327,7 +348,7 @@ def write_manifest(writer, delta: DeltaVersion, dataset, recipe, parent, session
         dataset, recipe, delta.version_id, parent, counts, delta.invalid, delta.diff, session,
         format_version=mf.FORMAT_VERSION, mean_std=(totals.mean, totals.std),
     )  # fmt: skip
-    view = DeltaView(session, parent.version_id, delta, totals)
+    view = DeltaView(delta, totals)
     manifest["quality"] = compute_report(
         delta.near, recipe, view, delta.invalid, parent, session, data_root, delta.processed
     ).to_dict()
