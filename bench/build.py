@@ -292,13 +292,14 @@ def main() -> None:
     )
     body += (
         (f"\nMissed at {', '.join(missed)}. " if missed else "\nMet at every size measured. ")
-        + "A version is a chunk tree (issue 12): a commit writes only the leaves its changes "
-        "fall in (their files synced in one batch), takes the head's leaves no changed path falls "
-        "in without formatting them, and plans from the ledger's change set since the head; a "
-        "no-change rebuild stops at that change set. An incremental build still costs the scan "
-        "(a stat of every file), the commit's per-file assembly from the ledger and the store, the "
-        "manifest's counts and quality report over every sample, and the decode of the new files; "
-        "the full build costs the decode of every file, spread over "
+        + "A version is a chunk tree (issue 12), and an incremental build is a delta commit: it "
+        "reads the ledger's change set since the head, re-cuts only the head leaves the changed "
+        "paths fall in, sums the other leaves' stored summaries for the counts and mean/std, and "
+        "computes version_id in numpy from the leaves' indexes; a no-change rebuild stops at the "
+        "change set. What an incremental build still costs: the scan (a stat of every file), the "
+        "decode of the new files, the near-duplicate index's lookup, reading every leaf index for "
+        "version_id, and the commit's fixed cost (store transaction, file syncs, manifest). The "
+        "full build costs the decode of every file, spread over "
         "the worker processes. A one-shard increment is decoded in threads (hashlib and Pillow "
         "release the GIL). The machine is shared with other jobs: the cores-busy figure says how "
         "much of its two cores the build got.\n"

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.datasets.conftest import write_jpeg, write_recipe
+from tests.datasets.conftest import SMALL_IMAGE_RECIPE, write_jpeg, write_recipe
 
 CLASSES = ("cat", "dog", "emu")
+AUGMENT = '\n[augment]\ncopies = 2\nops = ["hflip"]\n'
 
 
 def _near_copy(src: Path, dst: Path) -> None:
@@ -106,10 +107,13 @@ def _missing_summaries(db: Path, version_id: str) -> int:
 SEEDS = int(os.environ.get("LAKETRAIN_DELTA_SEEDS") or 4)
 
 
-@pytest.mark.parametrize(("seed", "old_head"), [(s, s % 4 == 3) for s in range(SEEDS)])
-def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head) -> None:
+@pytest.mark.parametrize(
+    ("seed", "old_head", "augment"), [(s, s % 4 == 3, s % 4 == 1) for s in range(SEEDS)]
+)
+def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head, augment) -> None:
     """``old_head``: the first version's leaves have no summary (built before 0011); the
-    delta commit computes them from the leaves' metadata parts, and stores them."""
+    delta commit computes them from the leaves' metadata parts, and stores them. ``augment``:
+    two augmented copies per train sample (a path's rows may span two leaves)."""
     from pipeline.datasets import chunks
     from pipeline.datasets.build import committing, delta, run_build
     from pipeline.settings import get_settings
@@ -121,7 +125,7 @@ def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head)
     homes = {mode: tmp_path / mode for mode in ("delta", "full")}
     for home in homes.values():
         (home / "lake").mkdir(parents=True)
-        write_recipe(home, "pets")
+        write_recipe(home, "pets", SMALL_IMAGE_RECIPE + (AUGMENT if augment else ""))
     rng = random.Random(seed)
     lake = homes["delta"] / "lake"
     for cls in CLASSES:
