@@ -200,11 +200,7 @@ def next_cut(samples: Sequence[SampleLike], start: int) -> int:
 
 def _cut_at(samples: Sequence[SampleLike], start: int, i: int) -> bool:
     """Whether sample ``i`` ends the leaf that starts at ``start`` (the rule of next_cut)."""
-    if i + 1 >= len(samples) or i + 1 - start >= LEAF_MAX:
-        return True
-    if top_folder(samples[i + 1].path) != top_folder(samples[i].path):
-        return True
-    return _ends(hashlib.sha256(sample_key(samples[i])).hexdigest(), LEAF_TARGET)
+    return i + 1 >= len(samples) or cut_follows(samples[i], samples[i + 1].path, i + 1 - start)
 
 
 def cut_follows(sample: SampleLike, next_path: str, length: int) -> bool:

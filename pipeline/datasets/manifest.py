@@ -73,27 +73,23 @@ def version_id_for(
 
 def version_id_of_indexes(dataset: str, recipe_hash: str, indexes: Sequence[dict]) -> str:
     """``version_id_for`` over a version's leaf indexes (chunks.decode_index): the same sha256
-    of the sorted (md5, label, split) lines, sorted and joined in numpy (a Python sort of a million tuples
-    took most of a second)."""
+    of the sorted (md5, label, split) lines, sorted and joined in numpy (a Python sort of a
+    million tuples took most of a second)."""
     import numpy as np  # here: the CLI imports this module and need not load numpy
 
     labels = sorted({lab for idx in indexes for lab in idx["labels"]})
-    rank = {lab: i + 1 for i, lab in enumerate(labels)}  # 0: no label ("" sorts first)
-    if any(ch < "\t" for lab in labels for ch in lab):
-        # A label with a control character below the tab would sort its lines differently
-        # from the tuples: take the tuples' way.
+    if not indexes or any(ch < "\t" for lab in labels for ch in lab):
+        # No sample; or a label with a control character below the tab, whose lines would
+        # sort differently from the tuples: the tuples' way.
         return version_id_for(dataset, recipe_hash, _tuples(indexes))
-    md5 = np.concatenate([idx["md5"] for idx in indexes]) if indexes else np.zeros(0, "S32")
-    split = np.concatenate([idx["split"] for idx in indexes]) if indexes else np.zeros(0, "i1")
-    label = (
-        np.concatenate(
-            [
-                np.asarray([0] + [rank[lab] for lab in idx["labels"]], np.int64)[idx["label"] + 1]
-                for idx in indexes
-            ]
-        )
-        if indexes
-        else np.zeros(0, np.int64)
+    rank = {lab: i + 1 for i, lab in enumerate(labels)}  # 0: no label ("" sorts first)
+    md5 = np.concatenate([idx["md5"] for idx in indexes])
+    split = np.concatenate([idx["split"] for idx in indexes])
+    label = np.concatenate(
+        [
+            np.asarray([0] + [rank[lab] for lab in idx["labels"]], np.int64)[idx["label"] + 1]
+            for idx in indexes
+        ]
     )
     order = np.lexsort((split, label, md5))
     names = [""] + labels

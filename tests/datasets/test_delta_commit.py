@@ -235,3 +235,46 @@ def test_version_id_from_the_leaf_indexes_is_version_id_for() -> None:
     want = mf.version_id_for("d", "r" * 64, [(s.md5, s.label, s.split) for s in samples])
     assert version_id_of("d", "r" * 64, indexes) == want
     assert version_id_of("e", "r" * 64, indexes) != want
+
+
+def test_a_head_leaf_missing_its_metadata_part_falls_back_to_the_full_commit(
+    store, home, monkeypatch
+) -> None:
+    """The delta takes untouched head leaves whole and cannot write them again; a leaf whose
+    metadata part is gone (a damaged DATA_ROOT) makes the commit assemble everything, which
+    writes the part back, instead of failing mid-publish."""
+    from pipeline.datasets import chunks
+    from pipeline.datasets import manifest as mf
+    from pipeline.datasets.build import build, delta
+    from pipeline.datasets.reader import open_version
+    from pipeline.settings import get_settings
+
+    monkeypatch.setattr(chunks, "LEAF_TARGET", 4)
+    write_recipe(home, "pets")
+    for ci, cls in enumerate(CLASSES):
+        for i in range(12):
+            write_jpeg(home / "lake" / f"pets/{cls}/{i:03d}.jpg", seed=ci * 100 + i)
+    first = build("pets", workers=1, store=store)
+    data = get_settings().data_root
+    parts = (mf.version_dir(data, "pets", first.version_id) / mf.PARTS).read_text().split()
+    victim = data / parts[0]  # the first leaf, of cat/; the edit is in emu/
+    leaf_of_cat = victim.read_bytes()
+    victim.unlink()
+    write_jpeg(home / "lake" / "pets/emu/new.jpg", seed=9_999)
+
+    fell_back: list[str] = []
+    real = delta.prepare
+
+    def spy(*a, **k):
+        try:
+            return real(*a, **k)
+        except delta.Fallback as exc:
+            fell_back.append(str(exc))
+            raise
+
+    monkeypatch.setattr(delta, "prepare", spy)
+    second = build("pets", workers=1, store=store)
+    assert second is not None and second.samples == first.samples + 1
+    assert fell_back and "metadata part missing" in fell_back[0]
+    assert victim.read_bytes() == leaf_of_cat  # written again, byte for byte
+    assert len(open_version("pets", second.version_id, store=store)) == second.samples

@@ -62,6 +62,31 @@ def pending_rows(files: list[tuple], processed: dict, recipe) -> list[tuple]:
     ]
 
 
+def settles(recipe) -> bool:
+    """Whether an unchanged path keeps its sample under this recipe whatever else changed: not
+    with a labels file (one edit relabels any path) or a group_regex (a split per group)."""
+    return recipe.labels.rule != "sidecar" and not recipe.split.group_regex
+
+
+def ledger_rows(session: Session, paths: list[str], dataset: str | None = None) -> list[tuple]:
+    """(path, md5, size, mtime_ns, status, error) of the current ledger rows at ``paths`` (of
+    ``dataset``, when given), by path in code point order like the full commit."""
+    out: list[tuple] = []
+    ordered = sorted(paths)
+    where = "deleted_at IS NULL" + (" AND dataset = ?" if dataset is not None else "")
+    head = (dataset,) if dataset is not None else ()
+    for i in range(0, len(ordered), _IN_BATCH):
+        part = ordered[i : i + _IN_BATCH]
+        out += driver_rows(
+            session,
+            f"SELECT path, md5, size, mtime_ns, status, error FROM ledger_files WHERE {where} "
+            f"AND path IN ({', '.join('?' * len(part))})",
+            (*head, *part),
+        )
+    out.sort()
+    return out
+
+
 def record_mark(
     session: Session, dataset: str, version_id: str, scan: int, pending: list[str], exact: bool
 ) -> None:
@@ -117,17 +142,7 @@ class Since:
 
     def pending_rows(self, session: Session) -> list[tuple]:
         """(path, md5, size, mtime_ns, status, error) of the head's pending paths still present."""
-        out: list[tuple] = []
-        paths = sorted(self.pending)
-        for i in range(0, len(paths), _IN_BATCH):
-            part = paths[i : i + _IN_BATCH]
-            out += driver_rows(
-                session,
-                "SELECT path, md5, size, mtime_ns, status, error FROM ledger_files "
-                f"WHERE deleted_at IS NULL AND path IN ({', '.join('?' * len(part))})",
-                tuple(part),
-            )
-        return out
+        return ledger_rows(session, list(self.pending))
 
     def invalid_rows(self, session: Session) -> list[tuple]:
         """(path, md5, size) of the head's invalid files, as the ledger has them now."""
@@ -180,12 +195,12 @@ class Since:
         paths = {row[0] for row in changed} | set(self.pending)
         md5s = {row[1] for row in changed if row[1] is not None}
         md5s |= {row[1] for row in self.pending_rows(session) if row[1] is not None}
-        md5s |= self._head_md5s(session, sorted(paths))
+        md5s |= self.head_md5s(session, sorted(paths))
         if md5s:
             paths.update(s.path for s in samples if s.md5 in md5s)
         return sorted(paths)
 
-    def _head_md5s(self, session: Session, paths: list[str]) -> set[str]:
+    def head_md5s(self, session: Session, paths: list[str]) -> set[str]:
         """The contents the head holds at ``paths`` (plain SQL: building sample_rows' union
         for a long IN list cost SQLAlchemy more than the query)."""
         out: set[str] = set()

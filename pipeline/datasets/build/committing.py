@@ -20,7 +20,13 @@ from pipeline.datasets.build import summaries
 from pipeline.datasets.build.assemble import (
     _assemble,
 )
-from pipeline.datasets.build.changes import Since, pending_rows, record_mark, watermark
+from pipeline.datasets.build.changes import (
+    Since,
+    pending_rows,
+    record_mark,
+    settles,
+    watermark,
+)
 from pipeline.datasets.build.chunkrows import (
     known_leaves,
     leaf_keys,
@@ -176,7 +182,7 @@ def commit(
             except delta_commit.Fallback as exc:
                 log.info("%s: full commit (%s)", dataset, exc)
         if delta is not None:
-            files, processed, near = delta.changes.files, delta.processed, delta.near
+            processed, near = delta.processed, delta.near
             samples, invalid, left_out = delta.samples, delta.invalid, delta.left_out
             version_id = delta.version_id
         else:
@@ -276,7 +282,7 @@ def commit(
                         offered = settled = None
                         if leafwise and same_recipe:  # another recipe's leaves cannot match
                             offered = leaf_keys(session, data_root, prior.manifest)
-                            if since is not None and since.exact and _settles(recipe):
+                            if since is not None and since.exact and settles(recipe):
                                 # The head's leaves no changed path falls in need no formatting.
                                 affected = since.affected_paths(session, dataset, samples)
                                 settled = settled_leaves(session, [o[0] for o in offered], affected)
@@ -352,12 +358,6 @@ def commit(
         # after a crash has the same id, not necessarily the same paths and mtimes).
         record_mark(session, dataset, version_id, scan_mark, pending, exact=tree is not None)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
-
-
-def _settles(recipe) -> bool:
-    """Whether an unchanged path keeps its sample under this recipe whatever else changed: not
-    with a labels file (one edit relabels any path) or a group_regex (a split per group)."""
-    return recipe.labels.rule != "sidecar" and not recipe.split.group_regex
 
 
 def _insert_version_rows(

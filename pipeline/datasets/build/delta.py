@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from pipeline.datasets import chunks
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.assemble import _assemble
-from pipeline.datasets.build.changes import Since, pending_rows
+from pipeline.datasets.build.changes import Since, ledger_rows, pending_rows, settles
 from pipeline.datasets.build.planning import processed_rows
 from pipeline.datasets.build.values import _Sample
 from pipeline.datasets.build.windows import Fallback, cut, sample_of
@@ -53,8 +53,7 @@ def applies(recipe, prior, since: Since | None, same_recipe: bool) -> bool:
         and same_recipe
         and since is not None
         and since.exact
-        and recipe.labels.rule != "sidecar"
-        and not recipe.split.group_regex
+        and settles(recipe)
         and recipe.modality != "table"
         and recipe.task != "regression"
     )
@@ -64,7 +63,6 @@ def applies(recipe, prior, since: Since | None, same_recipe: bool) -> bool:
 class HeadEntry:
     """One of the head's samples, as the store's chunk_entries row has it."""
 
-    chunk: str
     path: str
     md5: str
     label: str | None
@@ -82,10 +80,10 @@ def head_entries(session: Session, version_id: str, md5s: set[str]) -> list[Head
     for i in range(0, len(ordered), _IN_BATCH):
         part = ordered[i : i + _IN_BATCH]
         out += [
-            HeadEntry(h, p, m, lab, sp, int(r), ln, int(c or 0), bool(d))
-            for h, p, m, lab, sp, r, ln, c, d in driver_rows(
+            HeadEntry(p, m, lab, sp, int(r), ln, int(c or 0), bool(d))
+            for p, m, lab, sp, r, ln, c, d in driver_rows(
                 session,
-                "SELECT ce.chunk_hash, ce.path, ce.md5, ce.label, ce.split, ce.row, ce.line, "
+                "SELECT ce.path, ce.md5, ce.label, ce.split, ce.row, ce.line, "
                 'ce."copy", ce.duplicate FROM chunk_entries ce JOIN version_chunks vc '
                 "ON vc.chunk_hash = ce.chunk_hash WHERE vc.version_id = ? "
                 f"AND ce.md5 IN ({', '.join('?' * len(part))})",
@@ -113,20 +111,6 @@ class HeadLookup:
         return [e for md5 in sorted(md5s) for e in self._by_md5[md5]]
 
 
-def _ledger_rows(session: Session, dataset: str, paths: list[str]) -> list[tuple]:
-    out: list[tuple] = []
-    for i in range(0, len(paths), _IN_BATCH):
-        part = paths[i : i + _IN_BATCH]
-        out += driver_rows(
-            session,
-            "SELECT path, md5, size, mtime_ns, status, error FROM ledger_files "
-            f"WHERE dataset = ? AND deleted_at IS NULL AND path IN ({', '.join('?' * len(part))})",
-            (dataset, *part),
-        )
-    out.sort()  # by path, in code point order like the full commit
-    return out
-
-
 @dataclass
 class Changes:
     """The change set, closed: every path whose sample may differ from the head's."""
@@ -151,7 +135,7 @@ def gather(session: Session, dataset: str, recipe_hash: str, since: Since) -> Ch
         )
     }
     md5s = {row[1] for row in changed if row[1]} | {row[1] for row in pending if row[1]}
-    md5s |= since._head_md5s(session, sorted(paths))
+    md5s |= since.head_md5s(session, sorted(paths))
     queried: set[str] = set()
     files: list[tuple] = []
     known: dict[str, str] = {}
@@ -163,7 +147,7 @@ def gather(session: Session, dataset: str, recipe_hash: str, since: Since) -> Ch
         for e in head_entries(session, since.version_id, todo):
             paths.add(e.path)
             known[e.md5] = e.split
-        files = _ledger_rows(session, dataset, sorted(paths))
+        files = ledger_rows(session, sorted(paths), dataset)
         md5s |= {f[1] for f in files if f[1]}
         if md5s <= queried:
             break
@@ -257,6 +241,11 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
 
 
 def _reused_index(data_root: Path, leaf: LeafRef) -> dict:
+    """A head leaf's index, for version_id; its metadata part must be there too (the delta
+    takes the leaf whole: a full commit would write it again from the samples)."""
+    meta = chunks.chunk_path(data_root, leaf.hash, chunks.META_SUFFIX)
+    if not meta.is_file():
+        raise Fallback(f"{meta}: leaf metadata part missing")
     try:
         return chunks.read_index(data_root, leaf)
     except chunks.ChunkError as exc:

@@ -59,12 +59,17 @@ def kind_of(recipe) -> str:
 def index_ready(data_root: Path, dataset: str, recipe) -> bool:
     """Whether a commit may hash only its new contents: no near-duplicate index is needed, or
     the recipe's index exists (else prepare hashes every content of the version, once)."""
+    index = _index(data_root, dataset, recipe)
+    return index is None or index.has_runs()
+
+
+def _index(data_root: Path, dataset: str, recipe) -> NearIndex | None:
+    """The recipe's near-duplicate index (None: its samples get no near-duplicate check)."""
     kind = kind_of(recipe)
     if kind == "none":
-        return True
+        return None
     threshold = near_duplicate_distance(recipe) if kind == "image" else 0
-    root = index_root(data_root, dataset, recipe.recipe_hash, threshold)
-    return NearIndex(root, threshold).has_runs()
+    return NearIndex(index_root(data_root, dataset, recipe.recipe_hash, threshold), threshold)
 
 
 def prepare(
@@ -78,11 +83,11 @@ def prepare(
 ) -> NearDupState:
     """``outside`` (the delta commit, whose ``files`` are only the changed ones): a function of
     the edge graph giving the version's other contents in it, with their splits."""
+    index = _index(data_root, dataset, recipe)
+    if index is None:
+        return NearDupState("none", 0)
     kind = kind_of(recipe)
-    threshold = near_duplicate_distance(recipe) if kind == "image" else 0
-    state = NearDupState(kind, threshold)
-    if kind == "none":
-        return state
+    state = NearDupState(kind, index.threshold)
     first_path: dict[str, str] = {}
     for path, md5, *_ in files:
         ps = processed.get(md5) if md5 else None
@@ -90,7 +95,6 @@ def prepare(
             if not recipe.is_sidecar(path):
                 first_path[md5] = path
     new = sorted(m for m in first_path if m not in known_splits)
-    index = NearIndex(index_root(data_root, dataset, recipe.recipe_hash, threshold), threshold)
     # An index not there yet (the first build under this recipe and distance, e.g. after the
     # recipe's near_duplicate_distance changed) starts from every content the version holds,
     # once: the parent's contents were indexed under another distance, or not at all.
