@@ -27,6 +27,16 @@ from pipeline.metadata.driver import driver_rows
 _BATCH = 500
 _PATHS_BATCH = 450  # two IN lists of it and two ids stay under SQLite's 999 bound values
 
+# The FROM and the first WHERE terms of a query for one version's entries (the version id the
+# first parameter), for lookups by ``ce.path`` or ``ce.md5`` ANDed after it. CROSS JOIN makes
+# SQLite loop over the entries found by their path or md5 index, then check the version by
+# chunk: with an inner join and no statistics, it walks the version's every leaf instead, all
+# of its samples per lookup batch. (PostgreSQL plans a CROSS JOIN with a WHERE as the join.)
+ENTRIES_OF_VERSION = (
+    "FROM chunk_entries ce CROSS JOIN version_chunks vc "
+    "WHERE vc.chunk_hash = ce.chunk_hash AND vc.version_id = ?"
+)
+
 # path -> (md5, label, split) of the path's FIRST sample in version order: the rule the
 # build's own diff counts with (a table file or augmented copies give a path several samples).
 PathMap = dict[str, tuple[str, str | None, str]]
@@ -155,8 +165,7 @@ def paths_in(session: Session, version_id: str, paths: list[str]) -> PathMap:
             driver_rows(
                 session,
                 "SELECT vc.start + ce.pos, ce.path, ce.md5, ce.label, ce.split "
-                "FROM chunk_entries ce JOIN version_chunks vc ON vc.chunk_hash = ce.chunk_hash "
-                f"WHERE vc.version_id = ? AND ce.path IN ({marks}) UNION ALL "
+                f"{ENTRIES_OF_VERSION} AND ce.path IN ({marks}) UNION ALL "
                 "SELECT idx, path, md5, label, split FROM version_samples "
                 f"WHERE version_id = ? AND path IN ({marks})",
                 (version_id, *part, version_id, *part),

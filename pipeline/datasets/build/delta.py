@@ -38,6 +38,7 @@ from pipeline.datasets.build.values import _Sample
 from pipeline.datasets.build.windows import Fallback, cut, sample_of
 from pipeline.datasets.chunks import LeafRef, read_entries
 from pipeline.datasets.chunkwrite import Piece
+from pipeline.datasets.version_rows import ENTRIES_OF_VERSION
 from pipeline.metadata.driver import driver_rows
 
 _IN_BATCH = 900
@@ -84,8 +85,7 @@ def head_entries(session: Session, version_id: str, md5s: set[str]) -> list[Head
             for p, m, lab, sp, r, ln, c, d in driver_rows(
                 session,
                 "SELECT ce.path, ce.md5, ce.label, ce.split, ce.row, ce.line, "
-                'ce."copy", ce.duplicate FROM chunk_entries ce JOIN version_chunks vc '
-                "ON vc.chunk_hash = ce.chunk_hash WHERE vc.version_id = ? "
+                f'ce."copy", ce.duplicate {ENTRIES_OF_VERSION} '
                 f"AND ce.md5 IN ({', '.join('?' * len(part))})",
                 (version_id, *part),
             )
@@ -221,7 +221,7 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
     }  # fmt: skip
     processed.update(processed_rows(session, rh, wanted - processed.keys(), whole_table_above=None))
     indexes = [
-        chunks.decode_index(chunks.index_bytes(part))
+        chunks.index_of(part)
         if part is not None and reused is None
         else _reused_index(data_root, reused)
         for _h, _size, reused, part in cutting

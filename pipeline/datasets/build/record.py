@@ -18,6 +18,7 @@ from pipeline.metadata.datasets import (
     ProcessedSample,
     Segment,
 )
+from pipeline.metadata.driver import driver_rows
 from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK, LedgerFile
 from pipeline.metadata.store import MetadataStore
 
@@ -96,33 +97,49 @@ def _record_segment(store: MetadataStore, dataset: str, info: dict) -> None:
                 if rows:
                     session.execute(insert(ProcessedSample), rows)
                 ok_md5s = [e["md5"] for e in info["entries"]]
-                for i in range(0, len(ok_md5s), 500):
-                    # An older recipe's verdict no longer holds: this one decoded the file.
-                    session.execute(
-                        update(LedgerFile)
-                        .where(
-                            LedgerFile.md5.in_(ok_md5s[i : i + 500]),
-                            LedgerFile.dataset == dataset,
-                            LedgerFile.status == STATUS_INVALID,
-                            LedgerFile.deleted_at.is_(None),
-                        )
-                        .values(status=STATUS_OK, error=None)
-                    )
+                # An older recipe's verdict no longer holds: this one decoded the file.
+                stale = _live_rows(session, dataset, ok_md5s, STATUS_INVALID)
+                _set_status(session, [i for ids in stale.values() for i in ids], STATUS_OK, None)
+                bad = _live_rows(session, dataset, [e["md5"] for e in info["invalid"]])
                 for e in info["invalid"]:
                     # The scanner keeps this verdict until the file's md5 changes.
-                    session.execute(
-                        update(LedgerFile)
-                        .where(
-                            LedgerFile.md5 == e["md5"],
-                            LedgerFile.dataset == dataset,
-                            LedgerFile.deleted_at.is_(None),
-                        )
-                        .values(status=STATUS_INVALID, error=e["reason"])
-                    )
+                    _set_status(session, bad.get(e["md5"], []), STATUS_INVALID, e["reason"])
             return
         except IntegrityError:
             if attempt == 2:
                 raise  # a concurrent writer recorded the same keys; the retry sees them
+
+
+def _live_rows(
+    session: Session, dataset: str, md5s: list[str], status: str | None = None
+) -> dict[str, list[int]]:
+    """md5 -> ids of the dataset's present ledger rows with that content (and ``status``).
+    Looked up by md5 alone, the rest checked here: with the dataset and deletion in the WHERE,
+    SQLite without statistics walks the dataset's index, every row of the lake per batch, and
+    this runs for every shard."""
+    out: dict[str, list[int]] = {}
+    unique = sorted(set(md5s))
+    for i in range(0, len(unique), 500):
+        part = unique[i : i + 500]
+        rows = driver_rows(
+            session,
+            "SELECT id, md5, dataset, status, deleted_at FROM ledger_files "
+            f"WHERE md5 IN ({', '.join('?' * len(part))})",
+            part,
+        )
+        for row_id, md5, ds, st, deleted in rows:
+            if ds == dataset and deleted is None and (status is None or st == status):
+                out.setdefault(md5, []).append(row_id)
+    return out
+
+
+def _set_status(session: Session, ids: list[int], status: str, error: str | None) -> None:
+    for i in range(0, len(ids), 500):
+        session.execute(
+            update(LedgerFile)
+            .where(LedgerFile.id.in_(ids[i : i + 500]))
+            .values(status=status, error=error)
+        )
 
 
 def _existing_md5s(session: Session, recipe_hash: str, md5s: list[str]) -> set[str]:
