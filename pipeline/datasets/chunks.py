@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -113,7 +113,9 @@ class Tree:
 
     leaves: list[LeafRef]
     nodes: list[NodeRef]
-    new_leaves: list[tuple[LeafRef, list[dict]]]  # with each leaf's entries, for the store
+    new_leaves: list[
+        tuple[LeafRef, Sequence[SampleLike]]
+    ]  # with each leaf's samples, for the store
     new_nodes: list[NodeRef]
     bytes_written: int = 0
     # (start, stop) of each leaf over the samples written: the commit's diff reads the new
@@ -245,12 +247,17 @@ def meta_bytes(samples: Sequence[SampleLike]) -> bytes:
     return "".join([entry_line(s) + "\n" for s in samples]).encode()
 
 
-def index_bytes(samples: Sequence[SampleLike]) -> bytes:
+def index_of(samples: Sequence[SampleLike]) -> dict:
+    """The leaf index of ``samples`` as decode_index returns it: the arrays, and the
+    ``segments`` and ``labels`` tables their codes point into."""
     segments = sorted({s.segment_id for s in samples})
     labels = sorted({s.label for s in samples if s.label is not None})
     seg_pos = {v: i for i, v in enumerate(segments)}
     lab_pos = {v: i for i, v in enumerate(labels)}
-    arrays = {
+    return {
+        "segments": segments,
+        "labels": labels,
+        "n": len(samples),
         "seg": np.asarray([seg_pos[s.segment_id] for s in samples], dtype="<i4"),
         "row": np.asarray([s.row for s in samples], dtype="<i8"),
         "label": np.asarray(
@@ -259,8 +266,13 @@ def index_bytes(samples: Sequence[SampleLike]) -> bytes:
         "split": np.asarray([s.split == "val" for s in samples], dtype="i1"),
         "md5": np.asarray([s.md5 for s in samples], dtype="S32"),
     }
-    header = {"format": 1, "n": len(samples), "segments": segments, "labels": labels}
-    body = b"".join(arrays[name].tobytes() for name, _ in _INDEX_FIELDS)
+
+
+def index_bytes(samples: Sequence[SampleLike]) -> bytes:
+    index = index_of(samples)
+    header = {k: index[k] for k in ("segments", "labels")}
+    header.update(format=1, n=index["n"])
+    body = b"".join(index[name].tobytes() for name, _ in _INDEX_FIELDS)
     return json.dumps(header, sort_keys=True).encode() + b"\n" + body
 
 
@@ -289,23 +301,38 @@ def node_bytes(children: Sequence[LeafRef]) -> bytes:
     ).encode()
 
 
-def entries_of(samples: Sequence[SampleLike]) -> list[dict]:
-    """The chunk_entries rows of one leaf (without its hash)."""
-    return [
-        {
-            "pos": k,
-            "path": s.path,
-            "md5": s.md5,
-            "label": s.label,
-            "split": s.split,
-            "segment_id": s.segment_id,
-            "row": int(s.row),
-            "line": None if s.line is None else int(s.line),
-            "copy": int(s.copy),
-            "duplicate": bool(s.duplicate),
-        }
-        for k, s in enumerate(samples)
-    ]
+# The chunk_entries columns a leaf's rows fill, after its hash, in this order.
+ENTRY_COLUMNS = (
+    "pos",
+    "path",
+    "md5",
+    "label",
+    "split",
+    "segment_id",
+    "row",
+    "line",
+    "copy",
+    "duplicate",
+)
+
+
+def entry_rows(samples: Sequence[SampleLike]) -> Iterator[tuple]:
+    """The chunk_entries rows of one leaf (without its hash), in ENTRY_COLUMNS order. A
+    generator: a full commit records a million of them, and the store takes them in batches
+    (a dict or tuple per sample held at once was most of its peak memory)."""
+    for k, s in enumerate(samples):
+        yield (
+            k,
+            s.path,
+            s.md5,
+            s.label,
+            s.split,
+            s.segment_id,
+            int(s.row),
+            None if s.line is None else int(s.line),
+            int(s.copy),
+            bool(s.duplicate),
+        )
 
 
 # ---- reading ----------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from pipeline.datasets.chunks import (
     SampleLike,
     Tree,
     chunk_path,
-    entries_of,
     index_bytes,
     meta_bytes,
     node_bytes,
@@ -94,7 +93,7 @@ def write_tree(
     """Cut ``samples`` into leaves and nodes and write the chunk files that do not exist yet.
     ``known`` maps leaf hashes to the sha256 of their .idx for the leaves the store already
     holds (their entries are recorded, their .idx need not be rebuilt); the others come back in
-    ``new_leaves`` with their entries. ``parent`` (the parent version's leaves, each with the
+    ``new_leaves`` with their samples. ``parent`` (the parent version's leaves, each with the
     key of its first sample) lets an unchanged run of samples take the parent's leaves without
     hashing its keys, and a ``settled`` one without formatting them (``_cuts``). Call under the segments guard (gc must not drop a reused
     chunk before the version that references it is recorded)."""
@@ -123,7 +122,7 @@ def write_pieces(
     fresh = [p[0] for p in pieces if p[2] is None]
     have = known(fresh) if known is not None and fresh else {}
     leaves: list[LeafRef] = []
-    new_leaves: list[tuple[LeafRef, list[dict]]] = []
+    new_leaves: list[tuple[LeafRef, Sequence[SampleLike]]] = []
     parts: dict[str, Sequence[SampleLike]] = {}
     written = 0
     out = OnceWriter()
@@ -146,7 +145,7 @@ def write_pieces(
         leaf = LeafRef(h, len(part), size, hashlib.sha256(idx).hexdigest())
         leaves.append(leaf)
         if sha_idx is None:
-            new_leaves.append((leaf, entries_of(part)))
+            new_leaves.append((leaf, part))  # its store rows are made as they are inserted
     nodes: list[NodeRef] = []
     new_nodes: list[NodeRef] = []
     for group in node_groups(leaves):

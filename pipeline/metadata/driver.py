@@ -7,7 +7,8 @@ markers and rewritten for drivers with the ``format`` paramstyle (psycopg).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 
 from sqlalchemy.orm import Session
 
@@ -28,17 +29,37 @@ def driver_rows(session: Session, sql: str, params: Sequence[object] = ()) -> li
         cursor.close()
 
 
-def driver_executemany(
-    session: Session, sql: str, rows: Sequence[Sequence[object]], *, batch: int = 0
-) -> None:
-    """Run ``sql`` once per row (in slices of ``batch`` rows when given)."""
-    if not rows:
-        return
-    sql = _native(session, sql)
-    step = batch or len(rows)
+def driver_iter(
+    session: Session, sql: str, params: Sequence[object] = (), *, batch: int = 5000
+) -> Iterator[tuple]:
+    """The rows of ``sql`` as plain tuples, fetched ``batch`` at a time: for reads of a row per
+    lake file that the caller folds into something smaller, so the whole result is never held."""
     cursor = session.connection().connection.cursor()
     try:
-        for i in range(0, len(rows), step):
-            cursor.executemany(sql, rows[i : i + step])
+        cursor.execute(_native(session, sql), tuple(params))
+        while part := cursor.fetchmany(batch):
+            yield from part
+    finally:
+        cursor.close()
+
+
+def driver_executemany(
+    session: Session, sql: str, rows: Iterable[Sequence[object]], *, batch: int = 0
+) -> None:
+    """Run ``sql`` once per row, in slices of ``batch`` rows when given. ``rows`` may be a
+    generator: it is then drawn a batch at a time, never held whole."""
+    if isinstance(rows, Sequence) and not rows:
+        return
+    sql = _native(session, sql)
+    cursor = session.connection().connection.cursor()
+    try:
+        if isinstance(rows, Sequence):
+            step = batch or len(rows)
+            for i in range(0, len(rows), step):
+                cursor.executemany(sql, rows[i : i + step])
+            return
+        it = iter(rows)
+        while part := list(islice(it, batch or 5000)):
+            cursor.executemany(sql, part)
     finally:
         cursor.close()

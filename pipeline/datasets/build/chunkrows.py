@@ -6,7 +6,8 @@ nothing else: its entries are already recorded."""
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,9 +15,11 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from pipeline.datasets.chunks import (
+    ENTRY_COLUMNS,
     LeafRef,
     NodeRef,
     Tree,
+    entry_rows,
     read_entries,
     sample_key,
     walk_leaves,
@@ -27,18 +30,6 @@ from pipeline.metadata.driver import driver_executemany, driver_rows
 
 _IN_BATCH = 1000
 _INSERT_BATCH = 5000
-_ENTRY_COLUMNS = (
-    "pos",
-    "path",
-    "md5",
-    "label",
-    "split",
-    "segment_id",
-    "row",
-    "line",
-    "copy",
-    "duplicate",
-)
 
 
 def _stored(session: Session, kind: str, hashes: list[str]) -> dict[str, str | None]:
@@ -125,22 +116,22 @@ def settled_leaves(
     return out
 
 
-def _entries_from_disk(data_root: Path, leaf: LeafRef) -> list[dict]:
-    """A leaf's entries from its metadata part (a version published before a crash lost its
-    store record: the chunk files are the truth)."""
+def _entries_from_disk(data_root: Path, leaf: LeafRef) -> list[tuple]:
+    """A leaf's rows (ENTRY_COLUMNS) from its metadata part (a version published before a crash
+    lost its store record: the chunk files are the truth)."""
     return [
-        {
-            "pos": k,
-            "path": r["path"],
-            "md5": r["md5"],
-            "label": r["label"],
-            "split": r["split"],
-            "segment_id": r["segment"],
-            "row": int(r["row"]),
-            "line": r.get("line"),
-            "copy": int(r.get("copy", 0)),
-            "duplicate": bool(r["duplicate"]),
-        }
+        (
+            k,
+            r["path"],
+            r["md5"],
+            r["label"],
+            r["split"],
+            r["segment"],
+            int(r["row"]),
+            r.get("line"),
+            int(r.get("copy", 0)),
+            bool(r["duplicate"]),
+        )
         for k, r in enumerate(read_entries(data_root, leaf.hash))
     ]
 
@@ -159,8 +150,9 @@ def record_tree(
             (leaf, _entries_from_disk(data_root, leaf)) for leaf in leaves if leaf.hash not in have
         ]
     else:
-        leaves, nodes, new_leaves = tree.leaves, tree.nodes, tree.new_leaves
+        leaves, nodes = tree.leaves, tree.nodes
         # write_tree reported the leaves the store lacked when it looked, in this transaction.
+        new_leaves = [(leaf, entry_rows(part)) for leaf, part in tree.new_leaves]
     now = utcnow()
     have_nodes = _stored(session, CHUNK_NODE, [n.hash for n in nodes])
     chunk_rows = [
@@ -178,15 +170,16 @@ def record_tree(
         chunk_rows,
         batch=_INSERT_BATCH,
     )
-    cols = ", ".join(f'"{c}"' for c in ("chunk_hash", *_ENTRY_COLUMNS))
+    cols = ", ".join(f'"{c}"' for c in ("chunk_hash", *ENTRY_COLUMNS))
+    # Made as they are inserted, a batch at a time: a first version's million rows are never
+    # held at once.
+    entries: Iterable[tuple] = chain.from_iterable(
+        ((leaf.hash, *row) for row in rows) for leaf, rows in new_leaves
+    )
     driver_executemany(
         session,
-        f"INSERT INTO chunk_entries ({cols}) VALUES ({', '.join('?' * (len(_ENTRY_COLUMNS) + 1))})",
-        [
-            (leaf.hash, *(e[c] for c in _ENTRY_COLUMNS))
-            for leaf, entries in new_leaves
-            for e in entries
-        ],
+        f"INSERT INTO chunk_entries ({cols}) VALUES ({', '.join('?' * (len(ENTRY_COLUMNS) + 1))})",
+        entries,
         batch=_INSERT_BATCH,
     )
     # A gc'd version published again: its old leaf list goes first.

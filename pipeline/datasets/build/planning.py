@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from sqlalchemy.orm import Session
 
@@ -25,7 +26,7 @@ from pipeline.datasets.segments import (
     segments_guard,
 )
 from pipeline.datasets.shards import decoded_bytes, pack
-from pipeline.metadata.driver import driver_rows
+from pipeline.metadata.driver import driver_iter, driver_rows
 from pipeline.metadata.ledger import STATUS_INVALID, STATUS_OK
 from pipeline.metadata.store import MetadataStore, open_store
 
@@ -127,8 +128,9 @@ def processed_rows(
     cols = 'md5, segment_id, "row", n_rows, status, reason, labels, lines, invalid_rows, stats'
     processed: dict[str, _Processed] = {}
     if whole_table_above is not None and len(wanted) > whole_table_above:
-        # Cheaper to read the recipe's whole table than to send thousands of bound values.
-        rows = driver_rows(
+        # Cheaper to read the recipe's whole table than to send thousands of bound values;
+        # folded into the dict as it is fetched, never held as a second list of rows.
+        rows: Iterable[tuple] = driver_iter(
             session, f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ?", (rh,)
         )
     else:
@@ -141,8 +143,15 @@ def processed_rows(
                 f"SELECT {cols} FROM processed_samples WHERE recipe_hash = ? AND md5 IN ({', '.join('?' * len(chunk))})",
                 (rh, *chunk),
             )
-    make = _Processed._make
+    # A segment holds thousands of contents and a status is one of three words: one string
+    # object each, not one per row (a full commit at a million samples holds every row).
+    shared: dict[str, str] = {}
     for r in rows:
         if r[0] in wanted:
-            processed[r[0]] = make(r)
+            seg, status = r[1], r[4]
+            if seg is not None:
+                seg = shared.setdefault(seg, seg)
+            processed[r[0]] = _Processed(
+                r[0], seg, r[2], r[3], shared.setdefault(status, status), *r[5:]
+            )
     return processed
