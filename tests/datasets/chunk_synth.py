@@ -13,6 +13,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.chunks import ENTRY_COLUMNS, entry_rows
 from pipeline.datasets.chunkwrite import write_tree
 from pipeline.metadata.datasets import (
     CHUNK_LEAF,
@@ -88,7 +89,7 @@ def add_version(
                     )
                 )
             )
-            for leaf, entries in tree.new_leaves:
+            for leaf, part in tree.new_leaves:
                 if leaf.hash in have:
                     continue
                 have.add(leaf.hash)
@@ -101,7 +102,10 @@ def add_version(
                         sha256=leaf.sha256_idx,
                     )
                 )
-                s.add_all(ChunkEntry(chunk_hash=leaf.hash, **e) for e in entries)
+                s.add_all(
+                    ChunkEntry(chunk_hash=leaf.hash, **dict(zip(ENTRY_COLUMNS, row, strict=True)))
+                    for row in entry_rows(part)
+                )
             for node in tree.nodes:
                 if node.hash not in have:
                     have.add(node.hash)
