@@ -46,6 +46,7 @@ HEAD = "HEAD"
 HEAD_HISTORY = "head_history.jsonl"
 HEAD_FORMAT_VERSION = 1
 _VERSION_ID_FORMAT = "laketrain-version-1"
+_LINES_AT_ONCE = 1 << 16  # version_id_of_indexes formats its sorted lines in slices of this
 
 
 class VersionNotFound(LookupError):
@@ -96,13 +97,18 @@ def version_id_of_indexes(dataset: str, recipe_hash: str, indexes: Sequence[dict
     suffix = np.asarray(
         [f"\t{names[r]}\t{sp}\n".encode() for r in range(len(names)) for sp in ("train", "val")]
     )
-    lines = np.char.add(md5[order], suffix[(label * 2 + split.astype(np.int64))[order]])
-    # A fixed-width array pads each line with NULs, which no line holds (labels below the tab
-    # took the tuples' way above): its bytes without them are the lines joined, with no
-    # Python object per line (a million of them were ~100 MB at a first commit's peak).
-    raw = lines.view(np.uint8)
+    code = label * 2 + split.astype(np.int64)
     digest = hashlib.sha256(f"{_VERSION_ID_FORMAT}\n{dataset}\n{recipe_hash}\n".encode())
-    digest.update(raw[raw != 0].tobytes())
+    # In slices of the sorted order, so that the lines of a million samples are never all
+    # formatted at once (they were the peak of a first commit's memory).
+    for i in range(0, len(order), _LINES_AT_ONCE):
+        part = order[i : i + _LINES_AT_ONCE]
+        lines = np.char.add(md5[part], suffix[code[part]])
+        # A fixed-width array pads each line with NULs, which no line holds (labels below the
+        # tab took the tuples' way above): its bytes without them are the lines joined, with
+        # no Python object per line.
+        raw = lines.view(np.uint8)
+        digest.update(raw[raw != 0].tobytes())
     return digest.hexdigest()
 
 

@@ -205,13 +205,17 @@ def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head,
     assert seen["leaves"] >= 10 and seen["near"] and seen["conflicts"] and seen["invalid"], seen
 
 
-def test_version_id_from_the_leaf_indexes_is_version_id_for() -> None:
-    """manifest.version_id_of_indexes (numpy, from the leaves' .idx) is manifest.version_id_for."""
+@pytest.mark.parametrize("lines_at_once", [1 << 16, 7])
+def test_version_id_from_the_leaf_indexes_is_version_id_for(monkeypatch, lines_at_once) -> None:
+    """manifest.version_id_of_indexes (numpy, from the leaves' .idx, its sorted lines hashed a
+    slice at a time) is manifest.version_id_for; so is it over samples in memory (index_of,
+    the full commit's way)."""
     from pipeline.datasets import chunks
     from pipeline.datasets import manifest as mf
     from pipeline.datasets.build.values import _Sample
     from pipeline.datasets.manifest import version_id_of_indexes as version_id_of
 
+    monkeypatch.setattr(mf, "_LINES_AT_ONCE", lines_at_once)
     rng = random.Random(7)
     labels = [None, "a", "ab", "b", "é", "Z z"]
     samples = [
@@ -234,6 +238,7 @@ def test_version_id_from_the_leaf_indexes_is_version_id_for() -> None:
     indexes = [chunks.decode_index(chunks.index_bytes(part)) for part in leaves]
     want = mf.version_id_for("d", "r" * 64, [(s.md5, s.label, s.split) for s in samples])
     assert version_id_of("d", "r" * 64, indexes) == want
+    assert version_id_of("d", "r" * 64, [chunks.index_of(samples)]) == want
     assert version_id_of("e", "r" * 64, indexes) != want
 
 

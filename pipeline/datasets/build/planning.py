@@ -116,15 +116,22 @@ def _current_files(
         (dataset,),
     )
     files.sort()  # by path: paths are unique in the ledger
-    return files, processed_rows(session, rh, {f[1] for f in files if f[1]})
+    # md5 -> itself: the processed rows key on the ledger rows' own md5 strings (held once).
+    return files, processed_rows(session, rh, {f[1]: f[1] for f in files if f[1]})
 
 
 def processed_rows(
-    session: Session, rh: str, wanted: set[str], *, whole_table_above: int | None = 2000
+    session: Session,
+    rh: str,
+    wanted: set[str] | dict[str, str],
+    *,
+    whole_table_above: int | None = 2000,
 ) -> dict[str, _Processed]:
     """What recipe ``rh`` made of each of these contents (those it processed). Above
     ``whole_table_above`` contents (the full commit: about all of them) the recipe's whole
-    table is read; a delta commit asks for its few thousand by index (None)."""
+    table is read; a delta commit asks for its few thousand by index (None). ``wanted`` as a
+    dict maps each md5 to the string to key it by (the caller's own: a million of them are
+    then held once, not twice)."""
     cols = 'md5, segment_id, "row", n_rows, status, reason, labels, lines, invalid_rows, stats'
     processed: dict[str, _Processed] = {}
     if whole_table_above is not None and len(wanted) > whole_table_above:
@@ -146,12 +153,14 @@ def processed_rows(
     # A segment holds thousands of contents and a status is one of three words: one string
     # object each, not one per row (a full commit at a million samples holds every row).
     shared: dict[str, str] = {}
+    canonical = wanted.get if isinstance(wanted, dict) else None
     for r in rows:
         if r[0] in wanted:
+            md5 = canonical(r[0]) if canonical is not None else r[0]
             seg, status = r[1], r[4]
             if seg is not None:
                 seg = shared.setdefault(seg, seg)
-            processed[r[0]] = _Processed(
-                r[0], seg, r[2], r[3], shared.setdefault(status, status), *r[5:]
+            processed[md5] = _Processed(
+                md5, seg, r[2], r[3], shared.setdefault(status, status), *r[5:]
             )
     return processed
