@@ -17,10 +17,10 @@ def _boom(*_a, **_k):
 
 
 def _no_full_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.datasets.build import committing, planning
+    from pipeline.datasets.build import full, planning
 
-    monkeypatch.setattr(committing, "_current_files", _boom)
-    monkeypatch.setattr(committing, "_assemble", _boom)
+    monkeypatch.setattr(full, "_current_files", _boom)
+    monkeypatch.setattr(full, "_assemble", _boom)
     monkeypatch.setattr(planning, "_files_to_process", _boom)
     monkeypatch.setattr(planning, "relied_on_segments", _boom)
 
@@ -149,7 +149,7 @@ def test_an_incremental_version_is_the_version_the_same_lake_gives_from_scratch(
     a touch (only the metadata line changes), other bytes at a path."""
     import shutil
 
-    from pipeline.datasets.build import build, chunkrows, committing
+    from pipeline.datasets.build import build, chunkrows, committing, full
     from pipeline.datasets.build.assemble import _assemble
     from pipeline.datasets.build.planning import _current_files
     from pipeline.datasets.chunkwrite import write_tree
@@ -189,7 +189,7 @@ def test_an_incremental_version_is_the_version_the_same_lake_gives_from_scratch(
             settled.append(real(*a, **k))
             return settled[-1]
 
-        monkeypatch.setattr(committing, "settled_leaves", spy)
+        monkeypatch.setattr(full, "settled_leaves", spy)
     v2 = build("pets", workers=1, store=store)
     assert v2 is not None and settled
     if delta_commit:

@@ -16,7 +16,7 @@ def _no_row_per_sample(*_a, **_k):
 def test_the_diff_counts_of_a_commit_on_a_chunked_parent_read_only_changed_leaves(
     store, home, monkeypatch: pytest.MonkeyPatch
 ):
-    from pipeline.datasets.build import assemble, build, committing, parent
+    from pipeline.datasets.build import assemble, build, committing, full, parent
     from pipeline.datasets.reader import open_version
 
     paths = image_lake(home, per_class=150, classes=("cat", "dog", "owl"))
@@ -34,6 +34,7 @@ def test_the_diff_counts_of_a_commit_on_a_chunked_parent_read_only_changed_leave
     monkeypatch.setattr(parent, "_version_paths", _no_row_per_sample)
     # (a commit that imports the whole-version read by name reads it through its own module)
     monkeypatch.setattr(committing, "_version_paths", _no_row_per_sample, raising=False)
+    monkeypatch.setattr(full, "_version_paths", _no_row_per_sample, raising=False)
     v2 = build("pets", workers=1, store=store)
     assert (v2.added, v2.removed, v2.changed) == (9, 4, 3)
 
@@ -75,9 +76,9 @@ def test_a_commit_on_a_chunked_parent_writes_the_version_a_fresh_commit_writes(
         return out
 
     monkeypatch.setattr(chunkrows, "leaf_keys", spy)
-    from pipeline.datasets.build import committing
+    from pipeline.datasets.build import committing, full
 
-    monkeypatch.setattr(committing, "leaf_keys", spy)
+    monkeypatch.setattr(full, "leaf_keys", spy)
     # The full commit's offer (a delta commit, delta.py, cuts only its windows: its own test).
     monkeypatch.setattr(committing, "DELTA", False)
     v2 = build("pets", workers=1, store=store)

@@ -283,3 +283,42 @@ def test_a_head_leaf_missing_its_metadata_part_falls_back_to_the_full_commit(
     assert fell_back and "metadata part missing" in fell_back[0]
     assert victim.read_bytes() == leaf_of_cat  # written again, byte for byte
     assert len(open_version("pets", second.version_id, store=store)) == second.samples
+
+
+def test_a_damaged_leaf_summary_in_the_store_is_computed_again(store, home, monkeypatch) -> None:
+    """A leaf's stored summary that does not parse (a damaged store) is no summary: the delta
+    commit computes it again from the leaf's metadata part, exactly, and writes it back."""
+    from sqlalchemy import text
+
+    from pipeline.datasets import chunks
+    from pipeline.datasets import manifest as mf
+    from pipeline.datasets.build import build, delta
+    from pipeline.settings import get_settings
+
+    monkeypatch.setattr(chunks, "LEAF_TARGET", 4)
+    write_recipe(home, "pets")
+    for ci, cls in enumerate(CLASSES):
+        for i in range(12):
+            write_jpeg(home / "lake" / f"pets/{cls}/{i:03d}.jpg", seed=ci * 100 + i)
+    first = build("pets", workers=1, store=store)
+    data = get_settings().data_root
+    parts = (mf.version_dir(data, "pets", first.version_id) / mf.PARTS).read_text().split()
+    victim = parts[0].rsplit("/", 1)[1].split(".")[0]  # the first leaf, of cat/
+    with store.engine.begin() as conn:
+        good = conn.execute(text("SELECT summary FROM chunks WHERE hash = :h"), {"h": victim})
+        good = good.scalar_one()
+        conn.execute(text("UPDATE chunks SET summary = '{\"n\": ' WHERE hash = :h"), {"h": victim})
+    write_jpeg(home / "lake" / "pets/emu/new.jpg", seed=9_999)
+
+    ran: list[bool] = []
+    real = delta.prepare
+    monkeypatch.setattr(delta, "prepare", lambda *a, **k: ran.append(True) or real(*a, **k))
+    second = build("pets", workers=1, store=store)
+    assert ran and second is not None and second.samples == first.samples + 1
+    with store.engine.connect() as conn:
+        repaired = conn.execute(text("SELECT summary FROM chunks WHERE hash = :h"), {"h": victim})
+        assert repaired.scalar_one() == good
+    manifest = json.loads(
+        (mf.version_dir(data, "pets", second.version_id) / mf.MANIFEST).read_text()
+    )
+    assert manifest["counts"]["samples"] == second.samples

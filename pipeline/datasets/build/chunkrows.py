@@ -137,10 +137,17 @@ def _entries_from_disk(data_root: Path, leaf: LeafRef) -> list[tuple]:
 
 
 def record_tree(
-    session: Session, version_id: str, data_root: Path, manifest: dict, tree: Tree | None
-) -> None:
+    session: Session,
+    version_id: str,
+    data_root: Path,
+    manifest: dict,
+    tree: Tree | None,
+    summaries: dict[str, str] | None = None,
+) -> set[str]:
     """Record the version's chunks. ``tree`` is what this commit wrote; None when the version
-    was found published on disk (then its leaves are walked from the manifest)."""
+    was found published on disk (then its leaves are walked from the manifest). ``summaries``
+    (hash -> summary JSON) go into the new leaves' rows as they are inserted; the hashes of the
+    leaves inserted come back (the others' summaries are the caller's to update)."""
     section = manifest["chunks"]
     if tree is None:
         leaves = walk_leaves(data_root, section)
@@ -155,18 +162,20 @@ def record_tree(
         new_leaves = [(leaf, entry_rows(part)) for leaf, part in tree.new_leaves]
     now = utcnow()
     have_nodes = _stored(session, CHUNK_NODE, [n.hash for n in nodes])
+    summary_of = (summaries or {}).get
     chunk_rows = [
-        (leaf.hash, CHUNK_LEAF, leaf.count, leaf.bytes, leaf.sha256_idx, now)
+        (leaf.hash, CHUNK_LEAF, leaf.count, leaf.bytes, leaf.sha256_idx, summary_of(leaf.hash), now)
         for leaf, _ in new_leaves
     ]
     chunk_rows += [
-        (n.hash, CHUNK_NODE, n.count, n.bytes, None, now)
+        (n.hash, CHUNK_NODE, n.count, n.bytes, None, None, now)
         for n in dict.fromkeys(nodes)
         if n.hash not in have_nodes
     ]
     driver_executemany(
         session,
-        'INSERT INTO chunks (hash, kind, "count", bytes, sha256, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+        'INSERT INTO chunks (hash, kind, "count", bytes, sha256, summary, created_at) '
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
         chunk_rows,
         batch=_INSERT_BATCH,
     )
@@ -195,3 +204,4 @@ def record_tree(
         rows,
         batch=_INSERT_BATCH,
     )
+    return {leaf.hash for leaf, _ in new_leaves}

@@ -16,26 +16,17 @@ from pipeline.cyclic_gc import gc_paused
 from pipeline.datasets import dataroot, head, publish, pull
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delta as delta_commit
+from pipeline.datasets.build import full as full_commit
 from pipeline.datasets.build import summaries
-from pipeline.datasets.build.assemble import (
-    _assemble,
-)
 from pipeline.datasets.build.changes import (
     Since,
-    pending_rows,
     record_mark,
-    settles,
     watermark,
 )
 from pipeline.datasets.build.chunkrows import (
-    known_leaves,
-    leaf_keys,
     record_tree,
-    settled_leaves,
 )
-from pipeline.datasets.build.contents import _manifest, _train_mean_std, counts_of
 from pipeline.datasets.build.parent import Parent
-from pipeline.datasets.build.planning import _current_files
 from pipeline.datasets.build.record import (
     _record_segment,
 )
@@ -49,18 +40,13 @@ from pipeline.datasets.build.values import (
 from pipeline.datasets.build.writer import (
     VersionWriter,
     _clean_staging,
-    _publish,
-    invalid_bytes,
 )
-from pipeline.datasets.chunks import index_of
 from pipeline.datasets.crash_points import pause_hook
 from pipeline.datasets.leases import (
     check_counted_on,
     released_after,
 )
 from pipeline.datasets.quality import at_commit
-from pipeline.datasets.quality.compute import SamplesView, compute_report
-from pipeline.datasets.quality.neardup import prepare as prepare_near
 from pipeline.datasets.queries import latest_committed
 from pipeline.datasets.segments import (
     clean_stale_temps,
@@ -182,28 +168,12 @@ def commit(
                 )
             except delta_commit.Fallback as exc:
                 log.info("%s: full commit (%s)", dataset, exc)
-        if delta is not None:
-            processed, near = delta.processed, delta.near
-            samples, invalid, left_out = delta.samples, delta.invalid, delta.left_out
-            version_id = delta.version_id
-        else:
-            files, processed = _current_files(session, dataset, rh)
-            known_splits = prior.splits(session, data_root) if same_recipe else {}
-            # Near-duplicates: hash only the contents the parent lacks; a new one joins the
-            # split of the existing contents it is a near-duplicate of (quality/neardup.py).
-            near = prepare_near(data_root, dataset, recipe, files, processed, known_splits)
-            if not same_recipe or recipe.split.group_regex:
-                known_splits = {}  # a split depends on the md5 alone only under the same recipe, without group_regex
-            samples, invalid = _assemble(
-                recipe, files, processed, sidecar, {**known_splits, **near.splits}
-            )
-            # The files without processed rows are the pending ones (one pass for both uses).
-            left_out = pending_rows(files, processed, recipe)
-            # A row per lake file, no longer needed: what comes next (the chunks, the store's
-            # rows) reuses its memory instead of adding to the first version's peak.
-            del files
-            # In numpy, as the delta commit does: no tuple per sample (issue 12's peak RSS).
-            version_id = mf.version_id_of_indexes(dataset, rh, [index_of(samples)])
+        # Else every current file, from the store (full.py).
+        assembled = delta or full_commit.prepare(
+            session, data_root, dataset, recipe, prior, same_recipe, sidecar
+        )
+        processed, samples = assembled.processed, assembled.samples
+        invalid, left_out, version_id = assembled.invalid, assembled.left_out, assembled.version_id
         # Fail, never publish without them, when files lost rows the build counted on.
         check_counted_on(
             session, data_root, dataset, recipe, left_out, processed, [r.segment_id for r in refs]
@@ -252,61 +222,20 @@ def commit(
                         manifest["chunks"]["packed"] = True
                     manifest_sha = writer.publish(manifest)
             else:
-                counts = counts_of(samples)
-                manifest = _manifest(
-                    dataset,
-                    recipe,
-                    version_id,
-                    parent,
-                    counts,
-                    invalid,
-                    diff,
-                    session,
-                    format_version=WRITE_FORMAT,
-                    mean_std=_train_mean_std(counts.train_weights, processed)
-                    if WRITE_FORMAT == 1
-                    else ([], []),
+                manifest, manifest_sha, tree, leaf_sums = full_commit.write_version(
+                    folder,
+                    assembled,
+                    dataset=dataset,
+                    recipe=recipe,
+                    parent=parent,
+                    prior=prior,
+                    since=since,
+                    diff=diff,
+                    session=session,
+                    data_root=data_root,
+                    write_format=WRITE_FORMAT,
+                    packed=remote is not None and PACK_ON_S3,
                 )
-                manifest["quality"] = compute_report(
-                    near,
-                    recipe,
-                    SamplesView(samples),
-                    invalid,
-                    parent,
-                    session,
-                    data_root,
-                    processed,
-                ).to_dict()
-                if WRITE_FORMAT == 1:
-                    manifest_sha = _publish(folder, manifest, samples, invalid)
-                else:
-                    with VersionWriter(folder) as writer:
-                        # Chunk files first (only the new ones are written), the manifest last.
-                        offered = settled = None
-                        if leafwise and same_recipe:  # another recipe's leaves cannot match
-                            offered = leaf_keys(session, data_root, prior.manifest)
-                            if since is not None and since.exact and settles(recipe):
-                                # The head's leaves no changed path falls in need no formatting.
-                                affected = since.affected_paths(session, dataset, samples)
-                                settled = settled_leaves(session, [o[0] for o in offered], affected)
-                        tree = writer.chunks(
-                            data_root,
-                            samples,
-                            known_leaves(session),
-                            parent=offered,
-                            settled=settled,
-                        )
-                        if diff is None:
-                            manifest["diff"] = prior.diff_counts(session, samples, tree)
-                        leaf_sums = summaries.for_tree(session, tree, processed)
-                        manifest["mean"], manifest["std"] = summaries.mean_std(leaf_sums.ordered)
-                        writer.add(mf.INVALID, invalid_bytes(invalid))
-                        manifest["chunks"] = tree.manifest_section()
-                        if (
-                            remote is not None and PACK_ON_S3
-                        ):  # publish packs each node (chunkpack.py)
-                            manifest["chunks"]["packed"] = True
-                        manifest_sha = writer.publish(manifest)
         if remote is not None:
             # Every object, the manifest last, BEFORE the store records the version: a version
             # the store (or a HEAD) names is always readable from S3 (publish.py).
@@ -349,9 +278,19 @@ def commit(
             [s["id"] for s in manifest["segments"]],
         )
         if chunked:
-            record_tree(session, version_id, data_root, manifest, tree)
-            if leaf_sums is not None:
-                summaries.store_missing(session, leaf_sums.computed)
+            computed = leaf_sums.computed if leaf_sums is not None else {}
+            # A new leaf's summary goes into its row; an older leaf's (before 0011) is updated.
+            inserted = record_tree(
+                session,
+                version_id,
+                data_root,
+                manifest,
+                tree,
+                {h: leaf.to_json() for h, leaf in computed.items()},
+            )
+            summaries.store_missing(
+                session, {h: leaf for h, leaf in computed.items() if h not in inserted}
+            )
         if gate.quarantined:
             # Published and recorded, but not the head: latest stays where it is.
             held = at_commit.hold(session, row, gate)

@@ -15,6 +15,7 @@ in two adjacent leaves (one's last path is the next one's first) and is counted 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.metadata.driver import driver_rows
 
+log = logging.getLogger("laketrain.build")
 _IN_BATCH = 900
 _SPLITS = ("train", "val")
 
@@ -118,18 +120,25 @@ def stored(session: Session, hashes: Sequence[str]) -> dict[str, LeafSummary]:
             f"AND hash IN ({', '.join('?' * len(part))})",
             tuple(part),
         ):
-            out[h] = LeafSummary.from_json(text)
+            try:
+                out[h] = LeafSummary.from_json(text)
+            except (ValueError, TypeError) as exc:
+                # A damaged value is no summary: computed again from the leaf's metadata part
+                # (as for a leaf recorded before 0011) and written over (store_missing).
+                log.warning("leaf %s: unreadable summary in the store (%s); recomputing", h, exc)
     return out
 
 
 def store_missing(session: Session, summaries: dict[str, LeafSummary]) -> None:
-    """Fill in the summaries of leaves recorded without one (before migration 0011)."""
+    """Write the summaries of leaves the store holds without a readable one (recorded before
+    migration 0011, or damaged). A summary is a function of the leaf's bytes: writing it over
+    a concurrent writer's is writing the same value."""
     from pipeline.metadata.driver import driver_executemany
 
     if summaries:
         driver_executemany(
             session,
-            "UPDATE chunks SET summary = ? WHERE hash = ? AND summary IS NULL",
+            "UPDATE chunks SET summary = ? WHERE hash = ?",
             [(s.to_json(), h) for h, s in sorted(summaries.items())],
             batch=5000,
         )
