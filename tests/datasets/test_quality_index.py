@@ -153,3 +153,34 @@ def test_near_duplicate_groups_are_the_connected_components_of_the_edges(pairs, 
     assert components(edges, present) == _union_find_groups(edges, present)
     chain = np.asarray([(f"{i:032x}", f"{i + 1:032x}") for i in range(300)], dtype="S32")
     assert components(chain) == [[f"{i:032x}" for i in range(301)]]  # the longest diameter
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=0, max_size=120),
+    st.sampled_from(["md5", "shared-first-half", "upper-case", "row-keys"]),
+)
+def test_edge_keys_sort_as_np_unique_does(picks, kind):
+    """EdgeGraph's key ids (integers from the md5's first half where that is exact) are
+    np.unique's: the same keys in the same order, the same inverse, in every case where the
+    shortcut must step aside (two md5s sharing a first half, upper-case hex sorting apart from
+    its value, table row keys)."""
+    import hashlib
+
+    from pipeline.datasets.quality.neardup import _unique_keys
+
+    def key(i: int) -> bytes:
+        digest = hashlib.md5(str(i).encode()).hexdigest()
+        if kind == "shared-first-half":
+            digest = "0" * 16 + digest[16:] if i % 2 else digest
+        elif kind == "upper-case":
+            digest = digest.upper() if i % 3 == 0 else digest
+        elif kind == "row-keys":
+            digest = f"{digest}:{i % 4}"
+        return digest.encode()
+
+    flat = np.array([key(i) for i in picks], dtype="S") if picks else np.zeros(0, "S32")
+    keys, inverse = _unique_keys(flat)
+    want_keys, want_inverse = np.unique(flat, return_inverse=True)
+    assert keys.tolist() == want_keys.tolist()
+    assert inverse.tolist() == want_inverse.ravel().tolist()
