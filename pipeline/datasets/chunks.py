@@ -113,9 +113,9 @@ class Tree:
 
     leaves: list[LeafRef]
     nodes: list[NodeRef]
-    new_leaves: list[
-        tuple[LeafRef, Sequence[SampleLike]]
-    ]  # with each leaf's samples, for the store
+    # The leaves the store lacked, with their samples (their chunk_entries rows, made as the
+    # store records them).
+    new_leaves: list[tuple[LeafRef, Sequence[SampleLike]]]
     new_nodes: list[NodeRef]
     bytes_written: int = 0
     # (start, stop) of each leaf over the samples written: the commit's diff reads the new

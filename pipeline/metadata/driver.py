@@ -48,18 +48,16 @@ def driver_executemany(
 ) -> None:
     """Run ``sql`` once per row, in slices of ``batch`` rows when given. ``rows`` may be a
     generator: it is then drawn a batch at a time, never held whole."""
-    if isinstance(rows, Sequence) and not rows:
+    step = batch or (len(rows) if isinstance(rows, Sequence) else 5000)
+    it = iter(rows)
+    part = list(islice(it, step))
+    if not part:
         return
     sql = _native(session, sql)
     cursor = session.connection().connection.cursor()
     try:
-        if isinstance(rows, Sequence):
-            step = batch or len(rows)
-            for i in range(0, len(rows), step):
-                cursor.executemany(sql, rows[i : i + step])
-            return
-        it = iter(rows)
-        while part := list(islice(it, batch or 5000)):
+        while part:
             cursor.executemany(sql, part)
+            part = list(islice(it, step))
     finally:
         cursor.close()

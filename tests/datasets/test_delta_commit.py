@@ -242,16 +242,12 @@ def test_version_id_from_the_leaf_indexes_is_version_id_for(monkeypatch, lines_a
     assert version_id_of("e", "r" * 64, indexes) != want
 
 
-def test_a_head_leaf_missing_its_metadata_part_falls_back_to_the_full_commit(
-    store, home, monkeypatch
-) -> None:
-    """The delta takes untouched head leaves whole and cannot write them again; a leaf whose
-    metadata part is gone (a damaged DATA_ROOT) makes the commit assemble everything, which
-    writes the part back, instead of failing mid-publish."""
+def _small_leaves_version(store, home, monkeypatch):
+    """A first version of 12 images in each class folder, in leaves of ~4 samples: the version,
+    the DATA_ROOT and its listed metadata parts (DATA_ROOT-relative, in order)."""
     from pipeline.datasets import chunks
     from pipeline.datasets import manifest as mf
-    from pipeline.datasets.build import build, delta
-    from pipeline.datasets.reader import open_version
+    from pipeline.datasets.build import build
     from pipeline.settings import get_settings
 
     monkeypatch.setattr(chunks, "LEAF_TARGET", 4)
@@ -262,6 +258,19 @@ def test_a_head_leaf_missing_its_metadata_part_falls_back_to_the_full_commit(
     first = build("pets", workers=1, store=store)
     data = get_settings().data_root
     parts = (mf.version_dir(data, "pets", first.version_id) / mf.PARTS).read_text().split()
+    return first, data, parts
+
+
+def test_a_head_leaf_missing_its_metadata_part_falls_back_to_the_full_commit(
+    store, home, monkeypatch
+) -> None:
+    """The delta takes untouched head leaves whole and cannot write them again; a leaf whose
+    metadata part is gone (a damaged DATA_ROOT) makes the commit assemble everything, which
+    writes the part back, instead of failing mid-publish."""
+    from pipeline.datasets.build import build, delta
+    from pipeline.datasets.reader import open_version
+
+    first, data, parts = _small_leaves_version(store, home, monkeypatch)
     victim = data / parts[0]  # the first leaf, of cat/; the edit is in emu/
     leaf_of_cat = victim.read_bytes()
     victim.unlink()
@@ -290,19 +299,10 @@ def test_a_damaged_leaf_summary_in_the_store_is_computed_again(store, home, monk
     commit computes it again from the leaf's metadata part, exactly, and writes it back."""
     from sqlalchemy import text
 
-    from pipeline.datasets import chunks
     from pipeline.datasets import manifest as mf
     from pipeline.datasets.build import build, delta
-    from pipeline.settings import get_settings
 
-    monkeypatch.setattr(chunks, "LEAF_TARGET", 4)
-    write_recipe(home, "pets")
-    for ci, cls in enumerate(CLASSES):
-        for i in range(12):
-            write_jpeg(home / "lake" / f"pets/{cls}/{i:03d}.jpg", seed=ci * 100 + i)
-    first = build("pets", workers=1, store=store)
-    data = get_settings().data_root
-    parts = (mf.version_dir(data, "pets", first.version_id) / mf.PARTS).read_text().split()
+    first, data, parts = _small_leaves_version(store, home, monkeypatch)
     victim = parts[0].rsplit("/", 1)[1].split(".")[0]  # the first leaf, of cat/
     with store.engine.begin() as conn:
         good = conn.execute(text("SELECT summary FROM chunks WHERE hash = :h"), {"h": victim})

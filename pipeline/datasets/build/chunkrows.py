@@ -14,6 +14,7 @@ from typing import NamedTuple
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from pipeline.datasets.build.windows import sample_of
 from pipeline.datasets.chunks import (
     ENTRY_COLUMNS,
     LeafRef,
@@ -116,24 +117,10 @@ def settled_leaves(
     return out
 
 
-def _entries_from_disk(data_root: Path, leaf: LeafRef) -> list[tuple]:
+def _entries_from_disk(data_root: Path, leaf: LeafRef) -> Iterable[tuple]:
     """A leaf's rows (ENTRY_COLUMNS) from its metadata part (a version published before a crash
     lost its store record: the chunk files are the truth)."""
-    return [
-        (
-            k,
-            r["path"],
-            r["md5"],
-            r["label"],
-            r["split"],
-            r["segment"],
-            int(r["row"]),
-            r.get("line"),
-            int(r.get("copy", 0)),
-            bool(r["duplicate"]),
-        )
-        for k, r in enumerate(read_entries(data_root, leaf.hash))
-    ]
+    return entry_rows([sample_of(r) for r in read_entries(data_root, leaf.hash)])
 
 
 def record_tree(

@@ -169,8 +169,12 @@ def commit(
             except delta_commit.Fallback as exc:
                 log.info("%s: full commit (%s)", dataset, exc)
         # Else every current file, from the store (full.py).
-        assembled = delta or full_commit.prepare(
-            session, data_root, dataset, recipe, prior, same_recipe, sidecar
+        assembled = (
+            delta
+            if delta is not None
+            else full_commit.prepare(
+                session, data_root, dataset, recipe, prior, same_recipe, sidecar
+            )
         )
         processed, samples = assembled.processed, assembled.samples
         invalid, left_out, version_id = assembled.invalid, assembled.left_out, assembled.version_id
@@ -229,6 +233,7 @@ def commit(
                     recipe=recipe,
                     parent=parent,
                     prior=prior,
+                    same_recipe=same_recipe,
                     since=since,
                     diff=diff,
                     session=session,

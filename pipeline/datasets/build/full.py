@@ -54,9 +54,7 @@ def prepare(session, data_root: Path, dataset: str, recipe, prior, same_recipe, 
     samples, invalid = _assemble(recipe, files, processed, sidecar, {**known_splits, **near.splits})
     # The files without processed rows are the pending ones (one pass for both uses).
     left_out = pending_rows(files, processed, recipe)
-    # A row per lake file, no longer needed: what comes next (the chunks, the store's rows)
-    # reuses its memory instead of adding to the first version's peak.
-    del files
+    # (The ledger rows, one per lake file, are freed on return: nothing after needs them.)
     # In numpy, as the delta commit does: no tuple per sample.
     version_id = mf.version_id_of_indexes(dataset, rh, [index_of(samples)])
     return FullVersion(samples, invalid, processed, near, left_out, version_id)
@@ -70,6 +68,7 @@ def write_version(
     recipe,
     parent,
     prior,
+    same_recipe: bool,
     since,
     diff: dict | None,
     session,
@@ -102,7 +101,6 @@ def write_version(
     ).to_dict()
     if write_format == 1:
         return manifest, _publish(folder, manifest, samples, invalid), None, None
-    same_recipe = parent is not None and parent.recipe_hash == recipe.recipe_hash
     with VersionWriter(folder) as writer:
         # Chunk files first (only the new ones are written), the manifest last.
         offered = settled = None
