@@ -89,7 +89,8 @@ def scan_into(
     else:
         fast = FastPath(tx.load_keys(dataset))
         hasher_pool = HashPool(workers, on_progress=on_progress)
-        entries = walk_lake(lake, dataset=dataset, settle_seconds=settle, fast=fast)
+        # The hash workers' processes also walk a large lake, split by folder (walk_split).
+        entries = walk_lake(lake, dataset=dataset, settle_seconds=settle, fast=fast, shares=workers)
     to_hash: list[Candidate] = []
     seen: set[str] = set()  # paths the walk yielded (the fast path's matches are counted)
     unlisted: list[str] = []
