@@ -338,7 +338,13 @@ def child(op: str, lake: Path, workers: int) -> None:
         result = scan(lake, workers=workers, settle_seconds=0)
         seconds, extra = time.perf_counter() - t, result.summary()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "rss_mb": rss, "summary": extra}))
+    # The largest of the processes it forked and reaped: the walk's shares, the hash pool.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(
+        json.dumps(
+            {"seconds": seconds, "rss_mb": rss, "children_rss_mb": children, "summary": extra}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -209,7 +209,7 @@ class Settings:
     )
     hash_workers: int = _setting(
         _integer(ge=1, le=256),
-        "Processes that hash new or changed files.",
+        "Processes that hash new or changed files, and walk a large lake.",
         default_factory=lambda: os.cpu_count() or 1,
     )
     shard_files: int = _setting(
