@@ -134,15 +134,20 @@ def walk_lake(
     settle_ns = int(settle_seconds * 1e9)
     now_ns = time.time_ns()
     tops = _list_tops(root, dataset)
+    # Never more walking processes than cores: HASH_WORKERS may be set far higher, and each
+    # share is a fork of a process holding a million ledger keys.
+    shares = min(shares, os.cpu_count() or 1)
     if shares > 1 and fast is not None and len(fast.known) >= SPLIT_MIN_KNOWN:
         from pipeline.lake.walk_split import walk_split
 
-        yield from (top for top in tops if not isinstance(top, tuple))
-        folders = [top for top in tops if isinstance(top, tuple)]
+        # `type(...) is tuple`: a folder to walk is a plain tuple; Candidate, also a tuple,
+        # never comes from _list_tops, but an isinstance test would take it for a folder.
+        yield from (top for top in tops if type(top) is not tuple)
+        folders = [top for top in tops if type(top) is tuple]
         yield from walk_split(root, folders, now_ns, settle_ns, fast, shares)
         return
     for top in tops:
-        if isinstance(top, tuple):
+        if type(top) is tuple:
             yield from _walk_dir(root, top[0], top[1], now_ns, settle_ns, fast)
         else:
             yield top

@@ -26,7 +26,7 @@ import os
 import pickle
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipeline.lake.walk import Entry, FastPath, _walk_dir
 
@@ -64,7 +64,7 @@ class _Child:
     pid: int
     fd: int
     share: _Share
-    done: bool = field(default=False)
+    done: bool = False
 
 
 def walk_split(

@@ -146,6 +146,32 @@ def test_a_split_scan_records_every_kind_of_change(store, lake, always_split):
     assert not again.has_content_changes and again.unchanged == 28 and not again.touched
 
 
+def test_a_split_scan_of_one_dataset_leaves_the_others_alone(store, lake, always_split):
+    _lake(lake)
+    scan(lake, store=store, workers=2)
+    write(lake / "ds" / "c4" / "new.bin", b"new in ds")
+    write(lake / "other" / "k" / "new.bin", b"new in other")
+    (lake / "ds" / "c0" / "0.bin").unlink()
+
+    result = scan(lake, dataset="ds", store=store, workers=2)
+
+    assert len(always_split) == 1
+    assert [c.path for c in result.new] == ["ds/c4/new.bin"]
+    assert [c.path for c in result.deleted] == ["ds/c0/0.bin"]
+    assert result.unchanged == 31 - 1  # ds: 30 class files and its root file, one gone
+    assert "other/k/new.bin" not in _ledger(store)
+
+
+def test_no_more_walking_processes_than_cores(tmp_path, always_split, monkeypatch):
+    lake, known = _tree(tmp_path, 2)
+    for i in range(6):
+        write(lake / "ds" / f"extra{i}" / "f.png", b"x")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    single = _walk(lake, known, 1)
+    assert _walk(lake, known, 8) == single
+    assert len(always_split) == 1  # two cores: share 0 here, one child
+
+
 def test_a_share_killed_mid_walk_fails_the_scan_and_records_nothing(
     store, lake, always_split, monkeypatch
 ):
