@@ -9,6 +9,7 @@ owns only the write, whose result must be byte-identical to chunking from scratc
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from pipeline.datasets.chunks import (
     NodeRef,
     SampleLike,
     Tree,
+    chunk_file,
     chunk_path,
     index_bytes,
     meta_bytes,
@@ -127,12 +129,12 @@ def write_pieces(
     written = 0
     out = OnceWriter()
     for h, size, reused, part in pieces:
-        meta_path = chunk_path(data_root, h, META_SUFFIX)
-        idx_path = chunk_path(data_root, h, INDEX_SUFFIX)
+        meta_path = chunk_file(data_root, h, META_SUFFIX)
+        idx_path = chunk_file(data_root, h, INDEX_SUFFIX)
         sha_idx = reused.sha256_idx if reused is not None else have.get(h)
         if part is not None:
             parts[h] = part
-        if sha_idx is not None and meta_path.exists() and idx_path.exists():
+        if sha_idx is not None and os.path.exists(meta_path) and os.path.exists(idx_path):
             leaves.append(LeafRef(h, reused.count if part is None else len(part), size, sha_idx))
             continue
         if part is None:
@@ -141,7 +143,7 @@ def write_pieces(
             )
         idx = index_bytes(part)
         # The index first (renamed first): a metadata part on disk means its index is too.
-        written += out.add(idx_path, idx) + out.add(meta_path, meta_bytes(part))
+        written += out.add(Path(idx_path), idx) + out.add(Path(meta_path), meta_bytes(part))
         leaf = LeafRef(h, len(part), size, hashlib.sha256(idx).hexdigest())
         leaves.append(leaf)
         if sha_idx is None:

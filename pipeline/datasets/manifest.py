@@ -92,12 +92,12 @@ def version_id_of_indexes(dataset: str, recipe_hash: str, indexes: Sequence[dict
             for idx in indexes
         ]
     )
-    order = np.lexsort((split, label, md5))
+    code = label * 2 + split.astype(np.int64)  # orders as (label, split) does
+    order = _sorted_order(md5, code)
     names = [""] + labels
     suffix = np.asarray(
         [f"\t{names[r]}\t{sp}\n".encode() for r in range(len(names)) for sp in ("train", "val")]
     )
-    code = label * 2 + split.astype(np.int64)
     digest = hashlib.sha256(f"{_VERSION_ID_FORMAT}\n{dataset}\n{recipe_hash}\n".encode())
     # In slices of the sorted order, so that the lines of a million samples are never all
     # formatted at once (they were the peak of a first commit's memory).
@@ -110,6 +110,36 @@ def version_id_of_indexes(dataset: str, recipe_hash: str, indexes: Sequence[dict
         raw = lines.view(np.uint8)
         digest.update(raw[raw != 0].tobytes())
     return digest.hexdigest()
+
+
+def _sorted_order(md5, code):
+    """The order of (md5, code) sorted as np.lexsort((code, md5)) sorts it, ~6x faster at a
+    million samples: bytes compare as big-endian integers, so the md5s' first 8 bytes, one
+    uint64 each, sort them alone but for ties (equal contents, and ~100 prefix collisions in a
+    million); only the tied runs are sorted again on every byte and the code."""
+    import numpy as np
+
+    n = len(md5)
+    if n == 0:
+        return np.zeros(0, np.intp)
+    raw = np.ascontiguousarray(md5).view(np.uint8).reshape(n, -1)
+    pad = (-raw.shape[1]) % 8
+    if pad:  # an itemsize that is no multiple of 8 (md5s are S32): NULs sort first, as in S
+        raw = np.pad(raw, ((0, 0), (0, pad)))
+    words = np.ascontiguousarray(raw).view(">u8").astype(np.uint64)
+    order = np.argsort(words[:, 0])
+    first = words[order, 0]
+    tie = first[1:] == first[:-1]
+    if tie.any():
+        # Each tied run is contiguous in `order`, and the runs are in first-word order: sorting
+        # the tied rows on every word (the first one major) puts each run back in its place.
+        tied = np.zeros(n, bool)
+        tied[1:] |= tie
+        tied[:-1] |= tie
+        sub = order[tied]
+        keys = [code[sub]] + [words[sub, k] for k in range(words.shape[1] - 1, -1, -1)]
+        order[tied] = sub[np.lexsort(keys)]
+    return order
 
 
 def _tuples(indexes: Sequence[dict]):

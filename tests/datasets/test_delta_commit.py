@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from tests.datasets.conftest import SMALL_IMAGE_RECIPE, write_jpeg, write_recipe
@@ -322,3 +324,30 @@ def test_a_damaged_leaf_summary_in_the_store_is_computed_again(store, home, monk
         (mf.version_dir(data, "pets", second.version_id) / mf.MANIFEST).read_text()
     )
     assert manifest["counts"]["samples"] == second.samples
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            # Few distinct first 8 characters, often shared: every kind of tie in the first
+            # word the sort keys on (equal contents, equal prefixes, none), beside lone rows.
+            st.sampled_from(["00000000", "0000000a", "ffffffff", "7a7a7a7a"])
+            | st.text("0123456789abcdef", min_size=8, max_size=8),
+            st.text("0123456789abcdef", min_size=0, max_size=3),
+            st.integers(0, 5),
+        ),
+        max_size=60,
+    )
+)
+def test_sorted_order_is_the_lexsort_of_md5_then_code(rows) -> None:
+    """manifest._sorted_order (a sort on the md5s' first 8 bytes, ties sorted again) orders
+    (md5, code) exactly as np.lexsort over the md5 bytes then the code."""
+    from pipeline.datasets.manifest import _sorted_order
+
+    md5 = np.array([(head + tail.rjust(24, "0")).encode() for head, tail, _ in rows], "S32")
+    code = np.array([c for _, _, c in rows], np.int64)
+    got = _sorted_order(md5, code)
+    want = np.lexsort((code, md5))
+    assert sorted(got.tolist()) == list(range(len(rows)))
+    assert md5[got].tolist() == md5[want].tolist() and code[got].tolist() == code[want].tolist()

@@ -24,6 +24,7 @@ commit's, field for field, on random edits.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -243,8 +244,8 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
 def _reused_index(data_root: Path, leaf: LeafRef) -> dict:
     """A head leaf's index, for version_id; its metadata part must be there too (the delta
     takes the leaf whole: a full commit would write it again from the samples)."""
-    meta = chunks.chunk_path(data_root, leaf.hash, chunks.META_SUFFIX)
-    if not meta.is_file():
+    meta = chunks.chunk_file(data_root, leaf.hash, chunks.META_SUFFIX)
+    if not os.path.isfile(meta):
         raise Fallback(f"{meta}: leaf metadata part missing")
     try:
         return chunks.read_index(data_root, leaf)
