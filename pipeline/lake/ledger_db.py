@@ -14,7 +14,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.lake.walk_split import PathRange
 
 STATUS_OK = "ok"  # the statuses of pipeline.metadata.ledger (a test keeps them equal)
 STATUS_UNREADABLE = "unreadable"
@@ -58,9 +61,10 @@ class LockBusyError(RuntimeError):
 class LedgerTx:
     """One transaction on a DBAPI connection; ``dialect`` is ``sqlite`` or ``postgresql``."""
 
-    def __init__(self, conn: Any, dialect: str) -> None:
+    def __init__(self, conn: Any, dialect: str, url: str | None = None) -> None:
         self.conn = conn
         self.dialect = dialect
+        self.url = url  # the store's, for a share process's own connection (ledger_keys.py)
         self._qmark = dialect == "sqlite"
 
     def _sql(self, sql: str) -> str:
@@ -148,31 +152,64 @@ class LedgerTx:
 
     # ------------------------------------------------------------------ reads
 
-    def load_keys(self, dataset: str | None) -> dict[str, tuple]:
-        """``path -> (path, size, mtime_ns, ctime_ns, inode, deleted)`` for every row, in one
-        pass over the table: five small values per file instead of the whole row (a 1M-file
-        ledger). A row the fast path must not trust (deleted, unreadable, refused, no full
-        key) gets size -1, which no file has, so the walk hands it back to the scan."""
-        return self._keys(_FAST, "ctime_ns, inode", dataset)
+    def load_keys(self, dataset: str | None, where: PathRange | None = None) -> dict[str, tuple]:
+        """``path -> (path, size, mtime_ns, ctime_ns, inode, deleted)`` for every row (or those
+        of a split walk's share, ``where``), in one pass over the table: five small values per
+        file instead of the whole row (a 1M-file ledger). A row the fast path must not trust
+        (deleted, unreadable, refused, no full key) gets size -1, which no file has, so the
+        walk hands it back to the scan."""
+        return self._keys(_FAST, "ctime_ns, inode", dataset, where)
+
+    def count_keys(self, dataset: str | None) -> int:
+        """The rows load_keys would return."""
+        sql, params = self._where_dataset("SELECT COUNT(*) FROM ledger_files WHERE 1 = 1", dataset)
+        return int(self.rows(sql, params)[0][0])
 
     def load_s3_keys(self, dataset: str | None) -> dict[str, tuple]:
         """``path -> (path, size, mtime_ns, etag, version_id, deleted)``: load_keys for an S3
         lake (pipeline.lake.s3walk). A row of a local file has no etag, so it gets size -1."""
         return self._keys(_FAST_S3, "etag, version_id", dataset)
 
-    def _keys(self, trusted: str, key_columns: str, dataset: str | None) -> dict[str, tuple]:
+    def _keys(
+        self, trusted: str, key_columns: str, dataset: str | None, where: PathRange | None = None
+    ) -> dict[str, tuple]:
         # One query for both lake kinds: (path, size or -1 when untrusted, mtime_ns, the two
         # key columns of this kind, deleted).
+        table = "ledger_files"
+        ranged, bounds = "", ()
+        if where is not None:
+            ranged, bounds = self._range_clause(where)
+            if self.dialect == "sqlite":
+                # A full pass: SQLite would walk the path index for a range, one table lookup a
+                # row, at half the speed of reading the table through (measured at 1M rows).
+                table = "ledger_files NOT INDEXED"
         sql = (
             f"SELECT path, CASE WHEN {trusted} THEN size ELSE -1 END, mtime_ns, {key_columns}, "
-            "CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM ledger_files WHERE 1 = 1"
+            f"CASE WHEN deleted_at IS NULL THEN 0 ELSE 1 END FROM {table} WHERE 1 = 1{ranged}"
         )
+        sql, params = self._where_dataset(sql, dataset)
         cursor = self.conn.cursor()
         try:
-            cursor.execute(*self._where_dataset(sql, dataset))
+            cursor.execute(sql, (*bounds, *params))
             return {row[0]: row for row in cursor}
         finally:
             cursor.close()
+
+    def _range_clause(self, where: PathRange) -> tuple[str, tuple[str, ...]]:
+        """PathRange.owns in SQL. Paths compare as code points, which is UTF-8 byte order:
+        SQLite's BINARY collation, PostgreSQL's "C" (a database's locale would interleave
+        punctuation and letters, and the shares' ranges would overlap)."""
+        path = "path" if self.dialect == "sqlite" else 'path COLLATE "C"'
+        # At least two slashes: inside a dataset's subfolder (psycopg reads % as a marker).
+        deep = "path LIKE '%/%/%'" if self._qmark else "path LIKE '%%/%%/%%'"
+        if where.first:
+            if where.high is None:
+                return "", ()
+            return f" AND ({path} < ? OR NOT {deep})", (where.high,)
+        clause, bounds = f" AND {path} >= ? AND {deep}", (where.low,)
+        if where.high is not None:
+            clause, bounds = clause + f" AND {path} < ?", (where.low, where.high)
+        return clause, bounds
 
     def full_rows(self, paths: Sequence[str]) -> dict[str, tuple]:
         """Full rows (``_FULL_COLUMNS``) by path: the few rows a scan must look at closely."""
@@ -233,17 +270,17 @@ def store_transaction(store: Any) -> Iterator[LedgerTx]:
     """A LedgerTx on a MetadataStore session's own connection (committed with the session)."""
     with store.session() as session:
         conn = session.connection()
-        yield LedgerTx(conn.connection, conn.dialect.name)
+        yield LedgerTx(conn.connection, conn.dialect.name, store.url)
 
 
 @contextmanager
-def sqlite_transaction(conn: Any) -> Iterator[LedgerTx]:
+def sqlite_transaction(conn: Any, url: str | None = None) -> Iterator[LedgerTx]:
     """A LedgerTx on a plain ``sqlite3`` connection: committed on success, else rolled back;
     "database is locked" past the busy timeout is StoreBusyError, as through the engine."""
     import sqlite3
 
     try:
-        yield LedgerTx(conn, "sqlite")
+        yield LedgerTx(conn, "sqlite", url)
         conn.commit()
     except BaseException as exc:
         conn.rollback()

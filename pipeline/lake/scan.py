@@ -192,7 +192,7 @@ def _transactions(store: MetadataStore | None, url: str) -> Iterator[Callable[[]
         conn = open_sqlite_at_head(url)
         if conn is not None:
             try:
-                yield lambda: sqlite_transaction(conn)
+                yield lambda: sqlite_transaction(conn, url)
             finally:
                 conn.close()
             return

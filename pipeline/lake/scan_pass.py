@@ -22,6 +22,7 @@ from pipeline.lake.ledger_db import (
     STATUS_UNREADABLE,
     LedgerTx,
 )
+from pipeline.lake.ledger_keys import LedgerKeys
 from pipeline.lake.walk import (
     Candidate,
     FastPath,
@@ -87,10 +88,17 @@ def scan_into(
         hasher_pool = S3HashPool(reader, on_progress=on_progress)
         entries = walk_s3_lake(lake, dataset=dataset, fast=fast, reader=reader)
     else:
-        fast = FastPath(tx.load_keys(dataset))
+        fast = FastPath({})  # filled by the walk: each walking process reads its own keys
         hasher_pool = HashPool(workers, on_progress=on_progress)
         # The hash workers' processes also walk a large lake, split by folder (walk_split).
-        entries = walk_lake(lake, dataset=dataset, settle_seconds=settle, fast=fast, shares=workers)
+        entries = walk_lake(
+            lake,
+            dataset=dataset,
+            settle_seconds=settle,
+            fast=fast,
+            shares=workers,
+            keys=LedgerKeys(tx, dataset),
+        )
     to_hash: list[Candidate] = []
     seen: set[str] = set()  # paths the walk yielded (the fast path's matches are counted)
     unlisted: list[str] = []

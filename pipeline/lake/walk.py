@@ -22,7 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISREG
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from pipeline.lake.walk_split import KeySource
 
 IGNORED_SUFFIXES = (".tmp", ".part")
 
@@ -125,26 +128,33 @@ def walk_lake(
     settle_seconds: float = 0.0,
     fast: FastPath | None = None,
     shares: int = 1,
+    keys: KeySource | None = None,
 ) -> Iterator[Entry]:
     """Yield every entry under ``lake`` (or under ``lake/dataset``), stat only. With ``fast``,
-    files that match their ledger row are counted there instead of yielded. With ``shares`` >
-    1 and a large ledger, the dataset folders' subfolders are walked in that many processes
-    (``pipeline.lake.walk_split``); the entries are the same, in another order."""
+    files that match their ledger row are counted there instead of yielded; with ``keys`` as
+    well, ``fast`` is filled from them once the walk starts. With ``shares`` > 1 and a large
+    ledger, the dataset folders' subfolders are walked in that many processes
+    (``pipeline.lake.walk_split``), each reading the keys it needs; the entries are the same,
+    in another order."""
     root = os.path.realpath(lake)
     settle_ns = int(settle_seconds * 1e9)
     now_ns = time.time_ns()
     tops = _list_tops(root, dataset)
     # Never more walking processes than cores: HASH_WORKERS may be set far higher, and each
-    # share is a fork of a process holding a million ledger keys.
+    # share is a fork of the scanning process.
     shares = min(shares, os.cpu_count() or 1)
-    if shares > 1 and fast is not None and len(fast.known) >= SPLIT_MIN_KNOWN:
+    if keys is not None:
+        assert fast is not None, "keys fill a FastPath"
+        if not (shares > 1 and keys.reopenable and keys.count() >= SPLIT_MIN_KNOWN):
+            fast.known, keys = keys.load(), None
+    if shares > 1 and fast is not None and (keys is not None or len(fast.known) >= SPLIT_MIN_KNOWN):
         from pipeline.lake.walk_split import walk_split
 
         # `type(...) is tuple`: a folder to walk is a plain tuple; Candidate, also a tuple,
         # never comes from _list_tops, but an isinstance test would take it for a folder.
         yield from (top for top in tops if type(top) is not tuple)
         folders = [top for top in tops if type(top) is tuple]
-        yield from walk_split(root, folders, now_ns, settle_ns, fast, shares)
+        yield from walk_split(root, folders, now_ns, settle_ns, fast, shares, keys)
         return
     for top in tops:
         if type(top) is tuple:

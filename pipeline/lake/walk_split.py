@@ -4,15 +4,21 @@ At a million files a no-change rescan is a stat of every file and a compare with
 row, in Python, ~4 us a file on one core: twice a bare ``os.scandir`` + stat walk. Split by
 folder over two processes, the walk takes about half that (bench/scale.py, bench/scan.py).
 
-How the work is cut. The dataset folders' own files are walked here first; their subfolders
-are sorted by path and cut into contiguous ranges, one per share. Share 0 is walked in this
-process, as entries are needed; each other share in a child forked after the ledger keys were
-loaded, so it finds them in its copy of ``FastPath.known`` without a database connection. A
-share owns every ledger path in its range of the path order, ``[its first subfolder + "/",
-the next share's first subfolder + "/")``, walked or not: what it leaves unmatched there is
-its part of what the walk did not see (deleted files, vanished folders, files under folders
-it could not list). So every ledger row is matched or left by exactly one share, and the
-merged FastPath equals a single walk's.
+How the work is cut. The dataset folders' subfolders are listed, sorted by path and cut into
+contiguous ranges, one per share. Share 0 is walked in this process, as entries are needed,
+with the dataset folders' own files; each other share in a child forked for it. A share owns
+ledger paths by ``PathRange``: share k > 0 every path in its range of the path order, ``[its
+first subfolder + "/", the next share's first subfolder + "/")``, that lies in a subfolder;
+share 0 every other path. It owns them walked or not: what it leaves unmatched there is its
+part of what the walk did not see (deleted files, vanished folders, files under folders it
+could not list). So every ledger row is matched or left by exactly one share, and the merged
+FastPath equals a single walk's.
+
+The keys. Given a key source (pipeline.lake.ledger_keys), each process reads the keys of the
+paths it owns, at the same time, the children on connections of their own. Given a FastPath
+already filled, each child matches against its forked copy and keeps the rows it owns.
+A subfolder made between the listing and the walk of its dataset folder is walked by the next
+scan.
 
 A child sends its entries and FastPath state back pickled through a pipe and leaves with
 ``os._exit`` (nothing of the parent's, such as a database connection, is closed or flushed
@@ -27,6 +33,7 @@ import pickle
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from pipeline.lake.walk import Entry, FastPath, _walk_dir
 
@@ -35,19 +42,45 @@ class WalkShareError(RuntimeError):
     """A process walking a share of the lake ended without sending its result."""
 
 
+@dataclass(frozen=True)
+class PathRange:
+    """The ledger paths a share owns: share 0 (``first``) every path before ``high`` and every
+    path outside the subfolders; share k > 0 the paths of ``[low, high)`` inside them (``high``
+    None: no upper bound). LedgerTx.load_keys says the same in SQL."""
+
+    low: str
+    high: str | None
+    first: bool
+
+    def select(self, known: dict[str, tuple]) -> dict[str, tuple]:
+        """The rows of ``known`` this range owns (comprehensions without a call per row: at a
+        million rows a method call per row would cost more than the comparisons)."""
+        low, high = self.low, self.high
+        if self.first:
+            if high is None:
+                return dict(known)
+            return {p: row for p, row in known.items() if p < high or p.count("/") < 2}
+        if high is None:
+            return {p: row for p, row in known.items() if p >= low and p.count("/") >= 2}
+        return {p: row for p, row in known.items() if low <= p < high and p.count("/") >= 2}
+
+
+class KeySource(Protocol):
+    """The ledger keys, read whole or by range (pipeline.lake.ledger_keys.LedgerKeys)."""
+
+    reopenable: bool  # whether a share process can read its own (load_apart)
+
+    def count(self) -> int: ...
+
+    def load(self, where: PathRange | None = None) -> dict[str, tuple]: ...
+
+    def load_apart(self, where: PathRange) -> dict[str, tuple]: ...
+
+
 @dataclass
 class _Share:
     folders: list[tuple[str, str]]  # (folder, rel), sorted by rel + "/"
-    low: str  # the share's range of ledger paths: [low, high); "" and None: unbounded
-    high: str | None
-
-    def owned(self, known: dict[str, tuple]) -> dict[str, tuple]:
-        """The rows of ``known`` in this share's range (one comparison per row: at a million
-        rows a method call per row would cost more than the comparisons)."""
-        low, high = self.low, self.high
-        if high is None:
-            return {path: row for path, row in known.items() if path >= low}
-        return {path: row for path, row in known.items() if low <= path < high}
+    range: PathRange
 
 
 @dataclass
@@ -74,29 +107,34 @@ def walk_split(
     settle_ns: int,
     fast: FastPath,
     shares: int,
+    keys: KeySource | None = None,
 ) -> Iterator[Entry]:
     """Walk the dataset folders ``tops`` (``(folder, rel)``) with their subfolders spread over
-    ``shares`` processes; yield what ``walk_lake`` would, and leave ``fast`` as it would."""
-    folders: list[tuple[str, str]] = []
-    for folder, rel in tops:
-        # Their own files here, before any fork: the matched rows leave every share's copy.
-        yield from _walk_dir(root, folder, rel, now_ns, settle_ns, fast, defer=folders)
-    folders.sort(key=lambda f: f[1] + "/")
-    cut = _cut(folders, shares)
+    ``shares`` processes; yield what ``walk_lake`` would, and leave ``fast`` as it would. With
+    ``keys``, ``fast`` is filled from them here, each process reading what it owns."""
+    cut = _cut(_subfolders(tops), shares)
     if len(cut) < 2:
-        for folder, rel in folders:
+        if keys is not None:
+            fast.known = keys.load()
+        for folder, rel in tops:
             yield from _walk_dir(root, folder, rel, now_ns, settle_ns, fast)
         return
     children: list[_Child] = []
     try:
         for share in cut[1:]:
-            children.append(_fork(share, root, now_ns, settle_ns, fast))
-        for folder, rel in cut[0].folders:
+            children.append(_fork(share, root, now_ns, settle_ns, fast, keys))
+        mine = cut[0]
+        if keys is not None:
+            fast.known = keys.load(mine.range)
+        for folder, rel in tops:
+            # Their own files; their subfolders were listed above (`again` is dropped).
+            again: list[tuple[str, str]] = []
+            yield from _walk_dir(root, folder, rel, now_ns, settle_ns, fast, defer=again)
+        for folder, rel in mine.folders:
             yield from _walk_dir(root, folder, rel, now_ns, settle_ns, fast)
-        # What this process's copy holds outside share 0 belongs to the children's copies.
-        mine = cut[0].owned(fast.known)
-        fast.known.clear()
-        fast.known.update(mine)
+        if keys is None:
+            # A copy of every row: what it holds outside share 0 is the children's.
+            fast.known = mine.range.select(fast.known)
         for child in children:
             result = _collect(child)
             yield from result.entries
@@ -110,6 +148,27 @@ def walk_split(
                 _stop(child)
 
 
+def _subfolders(tops: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The dataset folders' subfolders as ``(folder, rel)``, sorted by ``rel + "/"`` (the
+    names _walk_dir would descend into; a dataset folder that cannot be listed has none here,
+    and its walk says why)."""
+    out: list[tuple[str, str]] = []
+    for folder, rel in tops:
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue  # the walk of the dataset folder refuses it
+                    if is_dir and entry.name[0] not in "._":
+                        out.append((entry.path, f"{rel}/{entry.name}"))
+        except OSError:
+            continue
+    out.sort(key=lambda f: f[1] + "/")
+    return out
+
+
 def _cut(folders: list[tuple[str, str]], shares: int) -> list[_Share]:
     """``folders`` in contiguous runs of near-equal length, one per share (fewer when there
     are fewer folders), with each run's range of ledger paths."""
@@ -121,14 +180,15 @@ def _cut(folders: list[tuple[str, str]], shares: int) -> list[_Share]:
     return [
         _Share(
             folders[start : starts[k + 1] if k + 1 < n else len(folders)],
-            low=lows[k],
-            high=lows[k + 1] if k + 1 < n else None,
+            PathRange(lows[k], lows[k + 1] if k + 1 < n else None, first=k == 0),
         )
         for k, start in enumerate(starts)
     ]
 
 
-def _fork(share: _Share, root: str, now_ns: int, settle_ns: int, fast: FastPath) -> _Child:
+def _fork(
+    share: _Share, root: str, now_ns: int, settle_ns: int, fast: FastPath, keys: KeySource | None
+) -> _Child:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: walk, send, leave without running any of the parent's cleanup
@@ -138,7 +198,8 @@ def _fork(share: _Share, root: str, now_ns: int, settle_ns: int, fast: FastPath)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             try:
-                payload = ("ok", _walk_share(share, root, now_ns, settle_ns, fast.known))
+                known = fast.known if keys is None else keys.load_apart(share.range)
+                payload = ("ok", _walk_share(share, root, now_ns, settle_ns, known, keys is None))
             except BaseException as exc:  # noqa: BLE001 - sent to the parent, raised there
                 payload = ("error", exc)
             try:
@@ -155,14 +216,15 @@ def _fork(share: _Share, root: str, now_ns: int, settle_ns: int, fast: FastPath)
 
 
 def _walk_share(
-    share: _Share, root: str, now_ns: int, settle_ns: int, known: dict[str, tuple]
+    share: _Share, root: str, now_ns: int, settle_ns: int, known: dict[str, tuple], copy: bool
 ) -> _Result:
-    """In the child: walk the share's folders against this process's copy of the keys."""
+    """In the child: walk the share's folders against this process's keys: its own, or
+    (``copy``) its copy of every row, of which it sends back only those it owns."""
     fast = FastPath(known)
     entries: list[Entry] = []
     for folder, rel in share.folders:
         entries.extend(_walk_dir(root, folder, rel, now_ns, settle_ns, fast))
-    left = share.owned(known)
+    left = share.range.select(fast.known) if copy else fast.known
     return _Result(entries, fast.unchanged, fast.stale, fast.matched_escapable, left)
 
 

@@ -12,7 +12,7 @@ import signal
 import pytest
 from sqlalchemy import select
 
-from pipeline.lake import walk, walk_split
+from pipeline.lake import ledger_keys, walk, walk_split
 from pipeline.lake.scan import scan
 from pipeline.lake.walk import FastPath, walk_lake
 from pipeline.metadata.ledger import LedgerFile
@@ -220,3 +220,79 @@ def test_a_walk_closed_early_kills_and_reaps_its_shares(tmp_path, always_split, 
     for pid in always_split:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+# Folder names whose code-point order (the walk's) differs from a locale's: case, punctuation,
+# spaces, accents. "B" sorts before "a" by code point, after it in ICU's root collation.
+AWKWARD = ["B", "a", "a b", "a-b", "a.b", "aB", "b", "Z", "é", "e", "z~"]
+
+
+def _icu_collated(store) -> None:
+    """On PostgreSQL, give the ledger's path column a locale's collation (ICU's root), as a
+    database created with a locale would: its order is no longer the walk's."""
+    from sqlalchemy import text
+
+    if store.url.startswith("postgresql"):
+        with store.session() as s:
+            s.execute(
+                text(
+                    "ALTER TABLE ledger_files ALTER COLUMN path TYPE VARCHAR(4096) "
+                    'COLLATE "und-x-icu"'
+                )
+            )
+            s.commit()
+
+
+def test_each_share_reads_exactly_the_keys_it_owns(store, lake):
+    """LedgerTx.load_keys(where=...) in SQL selects what PathRange.select selects in Python,
+    and the shares' ranges partition the ledger, whatever the database's collation."""
+    from pipeline.lake.ledger_db import store_transaction
+
+    _icu_collated(store)
+    for name in AWKWARD:
+        write(lake / "ds" / name / "f.bin", f"in {name}")
+        write(lake / "ds" / name / "deeper" / "g.bin", f"deeper in {name}")
+    write(lake / "ds" / "top.bin", b"the dataset's own file")
+    scan(lake, store=store, workers=1)
+    with store_transaction(store) as tx:
+        every = tx.load_keys("ds")
+        tops = [(str(lake / "ds"), "ds")]
+        for shares in (2, 3, 4):
+            cut = walk_split._cut(walk_split._subfolders(tops), shares)
+            got = [tx.load_keys("ds", share.range) for share in cut]
+            assert got == [share.range.select(every) for share in cut]
+            assert sorted(p for keys in got for p in keys) == sorted(every)  # each row once
+
+
+def test_a_split_scan_reads_its_keys_in_each_process(store, lake, always_split, monkeypatch):
+    """The scan's walk with a store another process can open: each share process reads its
+    own range of keys on its own connection (none is left in the scanning process), and the
+    scan records what a one-process scan records, on a locale-collated column too."""
+    _icu_collated(store)
+    for name in AWKWARD:
+        for i in range(3):
+            write(lake / "ds" / name / f"{i}.bin", f"{name} {i}")
+    scan(lake, store=store, workers=1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    always_split.clear()
+    loads_here: list[object] = []
+    load = ledger_keys.LedgerKeys.load
+
+    def recording(self, where=None):
+        loads_here.append(where)  # called here only: the children read through load_apart
+        return load(self, where)
+
+    monkeypatch.setattr(ledger_keys.LedgerKeys, "load", recording)
+    for name in AWKWARD[::2]:
+        (lake / "ds" / name / "0.bin").unlink()
+        write(lake / "ds" / name / "new.bin", f"new in {name}")
+
+    result = scan(lake, store=store, workers=3)
+
+    assert len(always_split) == 2  # three shares: two children
+    assert [(w.first, w.high is not None) for w in loads_here] == [(True, True)]  # share 0's
+    assert sorted(c.path for c in result.deleted) == sorted(f"ds/{n}/0.bin" for n in AWKWARD[::2])
+    assert sorted(c.path for c in result.new) == sorted(f"ds/{n}/new.bin" for n in AWKWARD[::2])
+    assert result.unchanged == 3 * len(AWKWARD) - len(AWKWARD[::2])
+    again = scan(lake, store=store, workers=3)
+    assert not again.has_content_changes and again.unchanged == 3 * len(AWKWARD)
