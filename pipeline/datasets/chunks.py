@@ -283,15 +283,25 @@ def index_bytes(samples: Sequence[SampleLike]) -> bytes:
     return json.dumps(header, sort_keys=True).encode() + b"\n" + body
 
 
-def decode_index(raw: bytes, source: object = "leaf index") -> dict:
-    """The arrays and tables of a leaf's .idx bytes (``segments``, ``labels``: lists)."""
+def decode_index(raw: bytes, source: object = "leaf index", *, segments: bool = True) -> dict:
+    """The arrays and tables of a leaf's .idx bytes (``segments``, ``labels``: lists). With
+    ``segments`` False, the segments table is not parsed (None): a leaf's samples lie in
+    dozens of segments, whose names are most of its header and of its decode time, and
+    ``version_id`` reads only md5s, labels and splits."""
     try:
         cut = raw.index(b"\n")
-        header = json.loads(raw[:cut])
+        head = raw[:cut]
+        if not segments:
+            # The keys are sorted, "segments" last; a name inside a label would have its
+            # quotes escaped, and segment names are hex: this is the key.
+            at = head.rfind(b', "segments": ')
+            if at > 0:
+                head = head[:at] + b"}"
+        header = json.loads(head)
         n = int(header["n"])
     except (ValueError, KeyError, TypeError) as exc:
         raise ChunkError(f"{source}: not a leaf index ({exc})") from None
-    out: dict = {"segments": header["segments"], "labels": header["labels"], "n": n}
+    out: dict = {"segments": header.get("segments"), "labels": header["labels"], "n": n}
     offset = cut + 1
     for name, dtype in _INDEX_FIELDS:
         size = np.dtype(dtype).itemsize * n
@@ -388,10 +398,10 @@ def walk_leaves(data_root: Path, section: dict) -> list[LeafRef]:
     return out
 
 
-def check_index(raw: bytes, source: object, leaf: LeafRef) -> dict:
+def check_index(raw: bytes, source: object, leaf: LeafRef, *, segments: bool = True) -> dict:
     if hashlib.sha256(raw).hexdigest() != leaf.sha256_idx:
         raise ChunkError(f"{source}: bytes do not match the checksum its node lists")
-    out = decode_index(raw, source)
+    out = decode_index(raw, source, segments=segments)
     if out["n"] != leaf.count:
         raise ChunkError(f"{source}: {out['n']} samples, its node lists {leaf.count}")
     return out
@@ -406,9 +416,9 @@ def index_raw(data_root: Path, leaf: LeafRef) -> tuple[bytes, str]:
         raise ChunkError(f"{path}: leaf index missing") from None
 
 
-def read_index(data_root: Path, leaf: LeafRef) -> dict:
+def read_index(data_root: Path, leaf: LeafRef, *, segments: bool = True) -> dict:
     raw, path = index_raw(data_root, leaf)
-    return check_index(raw, path, leaf)
+    return check_index(raw, path, leaf, segments=segments)
 
 
 def pack_indexes(path: Path, h: str) -> list[tuple[LeafRef, dict]] | None:

@@ -69,6 +69,26 @@ def test_leaf_index_round_trips_and_maps_segments_and_labels():
     assert out["md5"].astype("U32").tolist() == [s.md5 for s in samples]
 
 
+@pytest.mark.parametrize(
+    "labels",
+    [["cat", "dog"], ['a, "segments": ["x"]', "b"], ['", "segments": [', "é\n"], []],
+)
+def test_a_leaf_index_read_without_segments_has_the_same_codes(labels):
+    """decode_index(segments=False) skips the segments table, and only it, even when a label
+    holds the text of the key that starts it."""
+    samples = [
+        S(f"p{i}", f"{i:032x}", label=labels[i % len(labels)] if labels else None,
+          segment_id=f"{i % 3:064x}", row=i, split="val" if i % 2 else "train")
+        for i in range(7)
+    ]  # fmt: skip
+    raw = ck.index_bytes(samples)
+    full, codes = ck.decode_index(raw), ck.decode_index(raw, segments=False)
+    assert codes["segments"] is None and len(full["segments"]) == 3
+    assert codes["labels"] == full["labels"] and codes["n"] == full["n"] == 7
+    for name in ("md5", "label", "split", "seg", "row"):
+        assert codes[name].tolist() == full[name].tolist()
+
+
 def test_a_truncated_leaf_index_is_an_error_naming_the_file():
     raw = ck.index_bytes([S("a", "1" * 32)])
     with pytest.raises(ck.ChunkError, match="leaf.idx: leaf index is truncated"):

@@ -242,13 +242,14 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
 
 
 def _reused_index(data_root: Path, leaf: LeafRef) -> dict:
-    """A head leaf's index, for version_id; its metadata part must be there too (the delta
-    takes the leaf whole: a full commit would write it again from the samples)."""
+    """A head leaf's index for version_id, without its segments table; its metadata part must
+    be there too (the delta takes the leaf whole: a full commit would write it again from the
+    samples)."""
     meta = chunks.chunk_file(data_root, leaf.hash, chunks.META_SUFFIX)
     if not os.path.isfile(meta):
         raise Fallback(f"{meta}: leaf metadata part missing")
     try:
-        return chunks.read_index(data_root, leaf)
+        return chunks.read_index(data_root, leaf, segments=False)  # for version_id alone
     except chunks.ChunkError as exc:
         raise Fallback(str(exc)) from None
 
