@@ -299,9 +299,10 @@ def decode_index(raw: bytes, source: object = "leaf index", *, segments: bool = 
                 head = head[:at] + b"}"
         header = json.loads(head)
         n = int(header["n"])
+        tables = header["segments"] if segments else None, header["labels"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ChunkError(f"{source}: not a leaf index ({exc})") from None
-    out: dict = {"segments": header.get("segments"), "labels": header["labels"], "n": n}
+    out: dict = {"segments": tables[0], "labels": tables[1], "n": n}
     offset = cut + 1
     for name, dtype in _INDEX_FIELDS:
         size = np.dtype(dtype).itemsize * n

@@ -196,7 +196,7 @@ class LedgerTx:
             cursor.close()
 
     def _range_clause(self, where: PathRange) -> tuple[str, tuple[str, ...]]:
-        """PathRange.owns in SQL. Paths compare as code points, which is UTF-8 byte order:
+        """PathRange.select in SQL. Paths compare as code points, which is UTF-8 byte order:
         SQLite's BINARY collation, PostgreSQL's "C" (a database's locale would interleave
         punctuation and letters, and the shares' ranges would overlap)."""
         path = "path" if self.dialect == "sqlite" else 'path COLLATE "C"'

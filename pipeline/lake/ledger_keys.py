@@ -64,11 +64,9 @@ def _own_connection(tx: LedgerTx) -> Iterator[LedgerTx]:
     if target is None:
         raise RuntimeError("this store cannot be opened by another process")
     if tx.dialect == "sqlite":
-        import sqlite3
+        from pipeline.metadata.fastpath import connect_sqlite
 
-        from pipeline.metadata.fastpath import SQLITE_BUSY_TIMEOUT_S
-
-        conn = sqlite3.connect(target, timeout=SQLITE_BUSY_TIMEOUT_S)
+        conn = connect_sqlite(tx.url, target)  # a file that cannot be opened: StoreUnavailable
         try:
             yield LedgerTx(conn, "sqlite", tx.url)
         finally:

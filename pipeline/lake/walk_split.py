@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from pipeline.lake.walk import Entry, FastPath, _walk_dir
+from pipeline.lake.walk import Entry, FastPath, _walk_dir, is_ignored_name
 
 
 class WalkShareError(RuntimeError):
@@ -161,7 +161,7 @@ def _subfolders(tops: list[tuple[str, str]]) -> list[tuple[str, str]]:
                         is_dir = entry.is_dir(follow_symlinks=False)
                     except OSError:
                         continue  # the walk of the dataset folder refuses it
-                    if is_dir and entry.name[0] not in "._":
+                    if is_dir and not is_ignored_name(entry.name, is_dir=True):
                         out.append((entry.path, f"{rel}/{entry.name}"))
         except OSError:
             continue

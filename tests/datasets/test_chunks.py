@@ -89,6 +89,17 @@ def test_a_leaf_index_read_without_segments_has_the_same_codes(labels):
         assert codes[name].tolist() == full[name].tolist()
 
 
+@pytest.mark.parametrize("segments", [True, False])
+@pytest.mark.parametrize("header", [b'{"n": 1, "labels": []}', b'{"n": 1, "segments": []}', b"[1]"])
+def test_a_leaf_index_header_without_its_tables_is_an_error_naming_the_file(header, segments):
+    raw = header + b"\n" + bytes(64)
+    if header.startswith(b"{") and b"segments" not in header and not segments:
+        assert ck.decode_index(raw, "leaf.idx", segments=False)["n"] == 1  # not asked for
+        return
+    with pytest.raises(ck.ChunkError, match="leaf.idx: not a leaf index"):
+        ck.decode_index(raw, "leaf.idx", segments=segments)
+
+
 def test_a_truncated_leaf_index_is_an_error_naming_the_file():
     raw = ck.index_bytes([S("a", "1" * 32)])
     with pytest.raises(ck.ChunkError, match="leaf.idx: leaf index is truncated"):

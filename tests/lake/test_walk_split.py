@@ -296,3 +296,21 @@ def test_a_split_scan_reads_its_keys_in_each_process(store, lake, always_split, 
     assert result.unchanged == 3 * len(AWKWARD) - len(AWKWARD[::2])
     again = scan(lake, store=store, workers=3)
     assert not again.has_content_changes and again.unchanged == 3 * len(AWKWARD)
+
+
+def test_a_dataset_of_one_subfolder_reads_every_key_here(store, lake, always_split):
+    """With the keys read by the walk and a single subfolder to share out, nothing is forked:
+    this process reads every key (none is missed, none is reported twice)."""
+    for i in range(4):
+        write(lake / "ds" / "only" / f"{i}.bin", f"file {i}")
+    write(lake / "ds" / "root.bin", b"at the dataset's root")
+    scan(lake, store=store, workers=2)
+    (lake / "ds" / "only" / "0.bin").unlink()
+    (lake / "ds" / "root.bin").unlink()
+    write(lake / "ds" / "only" / "new.bin", b"new")
+
+    result = scan(lake, store=store, workers=2)
+
+    assert always_split == []
+    assert sorted(c.path for c in result.deleted) == ["ds/only/0.bin", "ds/root.bin"]
+    assert [c.path for c in result.new] == ["ds/only/new.bin"] and result.unchanged == 3
