@@ -72,27 +72,43 @@ def version_id_for(
     return digest.hexdigest()
 
 
-def version_id_of_indexes(dataset: str, recipe_hash: str, indexes: Sequence[dict]) -> str:
-    """``version_id_for`` over a version's leaf indexes (chunks.decode_index): the same sha256
-    of the sorted (md5, label, split) lines, sorted and joined in numpy (a Python sort of a
-    million tuples took most of a second)."""
+def merge_codes(indexes: Sequence[dict]) -> dict:
+    """The (md5, label, split) codes of leaf indexes (chunks.decode_index), or of slices of
+    them, as one index-like dict in their order: ``labels`` the sorted union of their label
+    tables, ``label`` into it (-1: none), ``split`` (1 = val), ``md5`` (S32), ``n``."""
     import numpy as np  # here: the CLI imports this module and need not load numpy
 
     labels = sorted({lab for idx in indexes for lab in idx["labels"]})
-    if not indexes or any(ch < "\t" for lab in labels for ch in lab):
+    pos = {lab: i for i, lab in enumerate(labels)}
+    if not indexes:
+        md5, split, label = np.zeros(0, "S32"), np.zeros(0, "i1"), np.zeros(0, np.int32)
+    else:
+        md5 = np.concatenate([idx["md5"] for idx in indexes])
+        split = np.concatenate([idx["split"] for idx in indexes])
+        label = np.concatenate(
+            [
+                np.asarray([-1] + [pos[lab] for lab in idx["labels"]], np.int32)[idx["label"] + 1]
+                for idx in indexes
+            ]
+        )
+    return {"labels": labels, "n": len(md5), "label": label, "split": split, "md5": md5}
+
+
+def version_id_of_indexes(dataset: str, recipe_hash: str, indexes: Sequence[dict]) -> str:
+    """``version_id_for`` over a version's leaf indexes (chunks.decode_index, or merge_codes
+    slices): the same sha256 of the sorted (md5, label, split) lines, sorted and joined in
+    numpy (a Python sort of a million tuples took most of a second)."""
+    import numpy as np
+
+    codes = merge_codes(indexes)
+    labels = codes["labels"]
+    if not codes["n"] or any(ch < "\t" for lab in labels for ch in lab):
         # No sample; or a label with a control character below the tab, whose lines would
         # sort differently from the tuples: the tuples' way.
-        return version_id_for(dataset, recipe_hash, _tuples(indexes))
-    rank = {lab: i + 1 for i, lab in enumerate(labels)}  # 0: no label ("" sorts first)
-    md5 = np.concatenate([idx["md5"] for idx in indexes])
-    split = np.concatenate([idx["split"] for idx in indexes])
-    label = np.concatenate(
-        [
-            np.asarray([0] + [rank[lab] for lab in idx["labels"]], np.int64)[idx["label"] + 1]
-            for idx in indexes
-        ]
-    )
-    code = label * 2 + split.astype(np.int64)  # orders as (label, split) does
+        return version_id_for(dataset, recipe_hash, _tuples([codes]))
+    md5 = codes["md5"]
+    # label + 1: 0 is no label ("" sorts first); the code orders as (label, split) does.
+    code = (codes["label"].astype(np.int64) + 1) * 2 + codes["split"].astype(np.int64)
     order = _sorted_order(md5, code)
     names = [""] + labels
     suffix = np.asarray(

@@ -16,8 +16,8 @@ from pipeline.cyclic_gc import gc_paused
 from pipeline.datasets import dataroot, head, publish, pull
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delta as delta_commit
+from pipeline.datasets.build import digest, summaries
 from pipeline.datasets.build import full as full_commit
-from pipeline.datasets.build import summaries
 from pipeline.datasets.build.changes import (
     Since,
     record_mark,
@@ -304,6 +304,11 @@ def commit(
         # exact: the chunks this commit wrote are this assembly (a version found published
         # after a crash has the same id, not necessarily the same paths and mtimes).
         record_mark(session, dataset, version_id, scan_mark, pending, exact=tree is not None)
+        if tree is not None and leaf_sums is not None:
+            # For the next delta commit (digest.py): a cache, written when the store is about
+            # to name the version the head (a rollback leaves a digest nobody asks for).
+            codes = delta.codes if delta is not None else digest.codes_of(samples)
+            digest.write(data_root, dataset, version_id, tree.leaves, codes, leaf_sums.ordered)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
 
 

@@ -17,7 +17,8 @@ for byte. Then the commit needs only:
 
 The counts and mean/std are the leaves' summaries summed (summaries.py); ``version_id`` is the
 same function of the (md5, label, split) list as ``manifest.version_id_for``, computed in
-numpy from the leaves' indexes; the quality report reads the head through the store for the
+numpy from the leaves' indexes; the reused leaves' indexes and summaries come from the head's
+digest when it has one (digest.py: one file, not a file and a store row per leaf); the quality report reads the head through the store for the
 few contents it lists. tests/datasets/test_delta_commit.py holds the result to the full
 commit's, field for field, on random edits.
 """
@@ -32,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.datasets import chunks
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.build import digest
 from pipeline.datasets.build.assemble import _assemble
 from pipeline.datasets.build.changes import Since, ledger_rows, pending_rows, settles
 from pipeline.datasets.build.planning import processed_rows
@@ -183,6 +185,8 @@ class DeltaVersion:
     processed: dict  # md5 -> _Processed of every sample the commit holds in memory
     diff: dict[str, int]
     version_id: str
+    codes: dict  # manifest.merge_codes of every sample, in leaf order (for the new digest)
+    head_digest: object  # digest.Digest of the head, or None
 
 
 def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Since, prior, sidecar):
@@ -221,12 +225,8 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         if s.split == "train"
     }  # fmt: skip
     processed.update(processed_rows(session, rh, wanted - processed.keys(), whole_table_above=None))
-    indexes = [
-        chunks.index_of(part)
-        if part is not None and reused is None
-        else _reused_index(data_root, reused)
-        for _h, _size, reused, part in cutting
-    ]
+    head_digest = digest.load(data_root, dataset, since.version_id, head_leaves)
+    codes = mf.merge_codes(_indexes(data_root, cutting, head_digest))
     return DeltaVersion(
         changes=changes,
         samples=samples,
@@ -237,17 +237,50 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         pieces=cutting,
         processed=processed,
         diff=_diff_counts(session, since.version_id, changes.affected, samples),
-        version_id=mf.version_id_of_indexes(dataset, rh, indexes),
+        version_id=mf.version_id_of_indexes(dataset, rh, [codes]),
+        codes=codes,
+        head_digest=head_digest,
     )
 
 
-def _reused_index(data_root: Path, leaf: LeafRef) -> dict:
-    """A head leaf's index for version_id, without its segments table; its metadata part must
-    be there too (the delta takes the leaf whole: a full commit would write it again from the
-    samples)."""
+def _indexes(data_root: Path, cutting, head_digest) -> list[dict]:
+    """The new version's codes, leaf by leaf (a run of reused head leaves as one slice of the
+    head's digest when there is one; else each one's index file)."""
+    spans = head_digest.spans() if head_digest is not None else {}
+    out: list[dict] = []
+    run: list[int] | None = None  # [start, stop] of the digest rows being taken
+    for _h, _size, reused, part in cutting:
+        span = spans.get(reused.hash) if reused is not None and part is None else None
+        if span is not None:
+            _check_reusable(data_root, reused)
+        if span is not None and run is not None and run[1] == span[0]:
+            run[1] = span[1]
+            continue
+        if run is not None:
+            out.append(head_digest.slice(*run))
+            run = None
+        if span is not None:
+            run = list(span)
+        elif part is not None and reused is None:
+            out.append(chunks.index_of(part))
+        else:
+            out.append(_reused_index(data_root, reused))
+    if run is not None:
+        out.append(head_digest.slice(*run))
+    return out
+
+
+def _check_reusable(data_root: Path, leaf: LeafRef) -> None:
+    """A head leaf taken whole must have its metadata part (else a full commit writes it again
+    from the samples)."""
     meta = chunks.chunk_file(data_root, leaf.hash, chunks.META_SUFFIX)
     if not os.path.isfile(meta):
         raise Fallback(f"{meta}: leaf metadata part missing")
+
+
+def _reused_index(data_root: Path, leaf: LeafRef) -> dict:
+    """A head leaf's index for version_id, without its segments table."""
+    _check_reusable(data_root, leaf)
     try:
         return chunks.read_index(data_root, leaf, segments=False)  # for version_id alone
     except chunks.ChunkError as exc:
@@ -332,6 +365,7 @@ def write_manifest(writer, delta: DeltaVersion, dataset, recipe, parent, session
         tree,
         delta.processed,
         load=load_leaf(session, data_root, recipe.recipe_hash),
+        known=delta.head_digest.summaries if delta.head_digest is not None else None,
     )
     totals = summaries.totals(leaf_sums.ordered)
     counts = counts_from(totals)
