@@ -86,15 +86,12 @@ def _version_files(data: Path, version_id: str) -> dict:
     }
 
 
-def _forget_summaries(home: Path) -> None:
-    """The store as a release before leaf summaries left it (migration 0011: NULL), and the
-    data root (no head digests: they came later, build/digest.py)."""
-    import shutil
+def _forget_summaries(db: Path) -> None:
+    """The store as a release before leaf summaries left it (migration 0011: NULL)."""
     import sqlite3
 
-    with sqlite3.connect(home / "metadata.db") as conn:
+    with sqlite3.connect(db) as conn:
         conn.execute("UPDATE chunks SET summary = NULL")
-    shutil.rmtree(home / "data" / "digests")
 
 
 def _missing_summaries(db: Path, version_id: str) -> int:
@@ -190,7 +187,7 @@ def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head,
         assert a.version.version_id == b.version.version_id
         if round_ == 0 and old_head:
             for home in homes.values():
-                _forget_summaries(home)
+                _forget_summaries(home / "metadata.db")
         if round_ == 1 and old_head:
             assert _missing_summaries(homes["delta"] / "metadata.db", a.version.version_id) == 0
         if round_:
@@ -314,8 +311,6 @@ def test_a_damaged_leaf_summary_in_the_store_is_computed_again(store, home, monk
         good = good.scalar_one()
         conn.execute(text("UPDATE chunks SET summary = '{\"n\": ' WHERE hash = :h"), {"h": victim})
     write_jpeg(home / "lake" / "pets/emu/new.jpg", seed=9_999)
-    # The store is read for summaries when the head has no digest (build/digest.py).
-    shutil.rmtree(data / "digests")
 
     ran: list[bool] = []
     real = delta.prepare

@@ -1,5 +1,5 @@
 """The head's digest (pipeline/datasets/build/digest.py): the one file a delta commit reads
-instead of every head leaf's index and summary. It must hold exactly what the leaves hold (a
+instead of every head leaf's index. It must hold exactly what the leaves hold (a
 wrong digest would give every later version a wrong id or wrong counts), be used when it
 matches, and be ignored, with the same result, when it is missing, damaged or another
 version's."""
@@ -30,32 +30,26 @@ def _first_version(store, home, monkeypatch):
     return build("pets", workers=1, store=store), get_settings().data_root
 
 
-def _expected(store, data, version_id: str):
-    """What the version's digest must hold, read the slow way: every leaf's index file and
-    the store's summaries."""
+def _expected(data, version_id: str):
+    """What the version's digest must hold, read the slow way: every leaf's index file."""
     from pipeline.datasets import chunks
     from pipeline.datasets import manifest as mf
-    from pipeline.datasets.build import summaries
 
     manifest = json.loads((mf.version_dir(data, "pets", version_id) / mf.MANIFEST).read_text())
     leaves = chunks.walk_leaves(data, manifest["chunks"])
-    codes = mf.merge_codes([chunks.read_index(data, leaf) for leaf in leaves])
-    with store.session() as session:
-        stored = summaries.stored(session, [leaf.hash for leaf in leaves])
-    return leaves, codes, [stored[leaf.hash] for leaf in leaves]
+    return leaves, mf.merge_codes([chunks.read_index(data, leaf) for leaf in leaves])
 
 
-def _assert_digest_is_the_leaves(store, data, version_id: str) -> None:
+def _assert_digest_is_the_leaves(data, version_id: str) -> None:
     from pipeline.datasets.build import digest
 
-    leaves, codes, sums = _expected(store, data, version_id)
+    leaves, codes = _expected(data, version_id)
     got = digest.load(data, "pets", version_id, leaves)
     assert got is not None
     assert got.leaves == [(leaf.hash, leaf.count) for leaf in leaves]
     assert got.codes["labels"] == codes["labels"] and got.codes["n"] == codes["n"]
     for name in ("label", "split", "md5"):
         assert np.array_equal(got.codes[name], codes[name]), name
-    assert [got.summaries[leaf.hash] for leaf in leaves] == sums
 
 
 def _add_files(home, n: int = 2) -> None:
@@ -69,7 +63,7 @@ def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head
     from pipeline.datasets.build import build, delta, digest
 
     first, data = _first_version(store, home, monkeypatch)
-    _assert_digest_is_the_leaves(store, data, first.version_id)  # the full commit's
+    _assert_digest_is_the_leaves(data, first.version_id)  # the full commit's
 
     reads: list[str] = []
     real = delta._reused_index
@@ -80,7 +74,7 @@ def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head
     second = build("pets", workers=1, store=store)
     assert second is not None and second.samples == first.samples + 2
     assert reads == []  # every reused head leaf came from the digest
-    _assert_digest_is_the_leaves(store, data, second.version_id)  # the delta commit's
+    _assert_digest_is_the_leaves(data, second.version_id)  # the delta commit's
     # Only the head's digest is kept.
     folder = digest.path_of(data, "pets", second.version_id).parent
     assert [p.name for p in folder.iterdir()] == [f"{second.version_id}{digest.SUFFIX}"]
@@ -88,7 +82,7 @@ def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head
     _add_files(home, 3)  # a delta from a digest the delta commit wrote
     third = build("pets", workers=1, store=store)
     assert reads == [] and third.samples == first.samples + 3
-    _assert_digest_is_the_leaves(store, data, third.version_id)
+    _assert_digest_is_the_leaves(data, third.version_id)
 
 
 def _flip_a_byte(path) -> None:
@@ -126,14 +120,7 @@ def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
         kept = whole.leaves[:-1]
         rows = sum(count for _h, count in kept)
         leaves = [LeafRef(h, count, 0, "") for h, count in kept]
-        path.write_bytes(
-            digest.encode(
-                first.version_id,
-                leaves,
-                whole.slice(0, rows) | {"labels": whole.codes["labels"]},
-                [whole.summaries[h] for h, _count in kept],
-            )
-        )
+        path.write_bytes(digest.encode(first.version_id, leaves, whole.slice(0, rows)))
     else:
         path.unlink()
 
@@ -148,10 +135,10 @@ def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
     assert reads, "the head's leaves were not read"
     if damage != "missing":
         assert any(str(path) in r.getMessage() for r in caplog.records)
-    leaves, _codes, _sums = _expected(store, data, second.version_id)
+    leaves, _codes = _expected(data, second.version_id)
     indexes = [chunks.read_index(data, leaf) for leaf in leaves]
     assert mf.version_id_of_indexes("pets", first_recipe_hash(store), indexes) == second.version_id
-    _assert_digest_is_the_leaves(store, data, second.version_id)
+    _assert_digest_is_the_leaves(data, second.version_id)
 
 
 def first_recipe_hash(store) -> str:
@@ -163,7 +150,6 @@ def first_recipe_hash(store) -> str:
 
 def test_decode_refuses_what_is_not_a_whole_digest(tmp_path) -> None:
     from pipeline.datasets.build import digest
-    from pipeline.datasets.build.summaries import summarize
     from pipeline.datasets.chunks import LeafRef
 
     codes = {
@@ -174,7 +160,7 @@ def test_decode_refuses_what_is_not_a_whole_digest(tmp_path) -> None:
         "md5": np.asarray([b"0" * 32, b"1" * 32, b"2" * 32], "S32"),
     }
     leaves = [LeafRef("h1", 2, 10, "x"), LeafRef("h2", 1, 5, "y")]
-    raw = digest.encode("v", leaves, codes, [summarize([], {}), summarize([], {})])
+    raw = digest.encode("v", leaves, codes)
     back = digest.decode(raw)
     assert back.leaves == [("h1", 2), ("h2", 1)] and back.version_id == "v"
     assert back.slice(1, 3)["md5"].tolist() == [b"1" * 32, b"2" * 32]
@@ -183,5 +169,5 @@ def test_decode_refuses_what_is_not_a_whole_digest(tmp_path) -> None:
         with pytest.raises(ValueError):
             digest.decode(bad)
     # A digest whose leaves do not add up to its rows is refused on write, and not written.
-    digest.write(tmp_path, "pets", "v", leaves[:1], codes, [summarize([], {})])
+    digest.write(tmp_path, "pets", "v", leaves[:1], codes)
     assert not digest.path_of(tmp_path, "pets", "v").exists()

@@ -308,7 +308,7 @@ def commit(
             # For the next delta commit (digest.py): a cache, written when the store is about
             # to name the version the head (a rollback leaves a digest nobody asks for).
             codes = delta.codes if delta is not None else digest.codes_of(samples)
-            digest.write(data_root, dataset, version_id, tree.leaves, codes, leaf_sums.ordered)
+            digest.write(data_root, dataset, version_id, tree.leaves, codes)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
 
 

@@ -17,8 +17,8 @@ for byte. Then the commit needs only:
 
 The counts and mean/std are the leaves' summaries summed (summaries.py); ``version_id`` is the
 same function of the (md5, label, split) list as ``manifest.version_id_for``, computed in
-numpy from the leaves' indexes; the reused leaves' indexes and summaries come from the head's
-digest when it has one (digest.py: one file, not a file and a store row per leaf); the quality report reads the head through the store for the
+numpy from the leaves' indexes (the reused leaves' from the head's digest when it has one:
+digest.py, one file instead of one a leaf); the quality report reads the head through the store for the
 few contents it lists. tests/datasets/test_delta_commit.py holds the result to the full
 commit's, field for field, on random edits.
 """
@@ -365,7 +365,6 @@ def write_manifest(writer, delta: DeltaVersion, dataset, recipe, parent, session
         tree,
         delta.processed,
         load=load_leaf(session, data_root, recipe.recipe_hash),
-        known=delta.head_digest.summaries if delta.head_digest is not None else None,
     )
     totals = summaries.totals(leaf_sums.ordered)
     counts = counts_from(totals)

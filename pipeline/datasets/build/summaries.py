@@ -227,15 +227,11 @@ class TreeSummaries:
     computed: dict[str, LeafSummary]  # those computed here (to store: the store lacked them)
 
 
-def for_tree(
-    session: Session, tree, processed: dict, load=None, known: dict[str, LeafSummary] | None = None
-) -> TreeSummaries:
-    """The summary of every leaf of a tree just written: ``known`` (the head's digest), the
-    store's, or computed from the leaf's samples (``tree.parts``; else ``load(hash)`` ->
-    (samples, processed), for a leaf the commit did not hold in memory, recorded before
-    summaries)."""
-    have = dict(known or {})
-    have.update(stored(session, [leaf.hash for leaf in tree.leaves if leaf.hash not in have]))
+def for_tree(session: Session, tree, processed: dict, load=None) -> TreeSummaries:
+    """The summary of every leaf of a tree just written: the store's, or computed from the
+    leaf's samples (``tree.parts``; else ``load(hash)`` -> (samples, processed), for a leaf
+    the commit did not hold in memory, recorded before summaries)."""
+    have = stored(session, [leaf.hash for leaf in tree.leaves])
     computed: dict[str, LeafSummary] = {}
     ordered: list[LeafSummary] = []
     for leaf in tree.leaves:
