@@ -95,11 +95,11 @@ def _truncate(path) -> None:
     path.write_bytes(path.read_bytes()[:-7])
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "another tree", "missing"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "another tree", "missing"])
 def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
     store, home, monkeypatch, caplog, damage
 ) -> None:
-    """The head's digest damaged (a flipped byte, cut short), valid but of another leaf list,
+    """The head's digest damaged (a flipped byte, cut short, empty), valid but of another leaf list,
     or gone: the commit says so, reads the head's leaves instead, and publishes the version
     whose id is the one its leaves give, with a new digest equal to its leaves."""
     from pipeline.datasets import chunks
@@ -114,6 +114,8 @@ def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
         _flip_a_byte(path)
     elif damage == "truncate":
         _truncate(path)
+    elif damage == "empty":  # renamed into place, never synced, then a crash
+        path.write_bytes(b"")
     elif damage == "another tree":
         # Whole and checksummed, under this version's name, but one leaf short.
         whole = digest.decode(path.read_bytes())

@@ -167,7 +167,9 @@ def write(
         with open(temp, "wb") as fh:
             for part in _parts(version_id, leaves, codes):
                 fh.write(part)
-        os.replace(temp, path)  # no fsync: a digest lost in a crash is only a slower commit
+        # No fsync: a digest a crash leaves empty or torn fails its crc32, and costs only a
+        # slower commit.
+        os.replace(temp, path)
         for other in path.parent.iterdir():
             if other != path:
                 other.unlink(missing_ok=True)
