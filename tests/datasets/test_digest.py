@@ -95,6 +95,8 @@ def _truncate(path) -> None:
     path.write_bytes(path.read_bytes()[:-7])
 
 
+# A file beside the store, whichever backend: its damage is checked on one (make test's time).
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "another tree", "missing"])
 def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
     store, home, monkeypatch, caplog, damage
