@@ -59,6 +59,48 @@ def test_airflow_env_is_loopback_local_and_sized(tmp_path: Path) -> None:
         assert stat.S_IMODE((tmp_path / "af" / name).stat().st_mode) == 0o600
 
 
+_BUSY_TIMEOUTS = """
+import asyncio
+from sqlalchemy import text
+from airflow import settings
+
+settings.configure_orm()
+sync = settings.engine.raw_connection().cursor().execute("PRAGMA busy_timeout").fetchone()[0]
+
+async def busy_async():
+    async with settings.async_engine.connect() as conn:
+        value = (await conn.execute(text("PRAGMA busy_timeout"))).scalar()
+    await settings.async_engine.dispose()
+    return value
+
+print(sync, asyncio.run(busy_async()))
+"""
+
+
+def test_airflow_waits_30_s_for_its_sqlite_lock_on_both_engines(tmp_path: Path) -> None:
+    """A REST trigger once failed with HTTP 500 after sqlite3's default 5 s lock wait (the
+    scheduler and the task API writing): the stack's Airflow engines, sync and async, wait
+    30 s (airflow_sqlite.py), read back from SQLite itself; without the setting, 5 s."""
+    (tmp_path / "af").mkdir()
+    env = airflow_env(StackConfig(home=tmp_path / "af", port=18124, parallelism=2))
+
+    def busy_timeouts(env: dict[str, str]) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", _BUSY_TIMEOUTS],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout.strip().splitlines()[-1]
+
+    assert busy_timeouts(env) == "30000 30000"
+    for name in ("CONNECT_ARGS", "CONNECT_ARGS_ASYNC"):
+        del env[f"AIRFLOW__DATABASE__SQL_ALCHEMY_{name}"]
+    assert busy_timeouts(env) == "5000 5000"
+
+
 def test_admin_password_is_generated_once_and_private(tmp_path: Path) -> None:
     first = admin_password(tmp_path)
     assert len(first) >= 12 and admin_password(tmp_path) == first

@@ -13,6 +13,8 @@ from pathlib import Path
 from pipeline.orchestration.devstack.config import ADMIN_USER, HOST, StackConfig
 from pipeline.orchestration.devstack.credentials import persisted_secret
 
+_SQLITE_ARGS = "pipeline.orchestration.devstack.airflow_sqlite"
+
 
 def airflow_env(cfg: StackConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of every Airflow component (and so of every task and the trainer)."""
@@ -31,6 +33,9 @@ def airflow_env(cfg: StackConfig, base: Mapping[str, str] | None = None) -> dict
             # next task of an ingest waits for nothing (measured by bench/ingest_latency.py).
             "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{cfg.home / 'airflow.db'}",
+            # Wait 30 s for its write lock, not sqlite3's 5 (airflow_sqlite.py says why).
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{_SQLITE_ARGS}.SYNC",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{_SQLITE_ARGS}.ASYNC",
             "AIRFLOW__API_AUTH__JWT_SECRET": persisted_secret(cfg.home / "jwt_secret", 64),
             "AIRFLOW__API__SECRET_KEY": persisted_secret(cfg.home / "api_secret_key", 32),
             "AIRFLOW__API__HOST": HOST,
