@@ -254,24 +254,33 @@ def meta_bytes(samples: Sequence[SampleLike]) -> bytes:
     return "".join([entry_line(s) + "\n" for s in samples]).encode()
 
 
+def codes_of(samples: Sequence[SampleLike]) -> dict:
+    """The (md5, label, split) part of ``index_of``: ``labels`` (sorted), ``label`` into it
+    (-1 = none), ``split`` (1 = val), ``md5`` (S32), ``n`` (manifest.merge_codes' shape)."""
+    labels = sorted({s.label for s in samples if s.label is not None})
+    lab_pos = {v: i for i, v in enumerate(labels)}
+    return {
+        "labels": labels,
+        "n": len(samples),
+        # fromiter: no list of a million ints at the end of a full commit (its memory peak).
+        "label": np.fromiter(
+            (-1 if s.label is None else lab_pos[s.label] for s in samples), "<i4", len(samples)
+        ),
+        "split": np.fromiter((s.split == "val" for s in samples), "i1", len(samples)),
+        "md5": np.asarray([s.md5 for s in samples], dtype="S32"),
+    }
+
+
 def index_of(samples: Sequence[SampleLike]) -> dict:
     """The leaf index of ``samples`` as decode_index returns it: the arrays, and the
     ``segments`` and ``labels`` tables their codes point into."""
     segments = sorted({s.segment_id for s in samples})
-    labels = sorted({s.label for s in samples if s.label is not None})
     seg_pos = {v: i for i, v in enumerate(segments)}
-    lab_pos = {v: i for i, v in enumerate(labels)}
     return {
         "segments": segments,
-        "labels": labels,
-        "n": len(samples),
         "seg": np.asarray([seg_pos[s.segment_id] for s in samples], dtype="<i4"),
         "row": np.asarray([s.row for s in samples], dtype="<i8"),
-        "label": np.asarray(
-            [-1 if s.label is None else lab_pos[s.label] for s in samples], dtype="<i4"
-        ),
-        "split": np.asarray([s.split == "val" for s in samples], dtype="i1"),
-        "md5": np.asarray([s.md5 for s in samples], dtype="S32"),
+        **codes_of(samples),
     }
 
 

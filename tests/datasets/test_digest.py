@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 
 import numpy as np
 import pytest
@@ -124,7 +125,7 @@ def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
         kept = whole.leaves[:-1]
         rows = sum(count for _h, count in kept)
         leaves = [LeafRef(h, count, 0, "") for h, count in kept]
-        path.write_bytes(digest.encode(first.version_id, leaves, whole.slice(0, rows)))
+        digest.write(data, "pets", first.version_id, leaves, whole.slice(0, rows))
     else:
         path.unlink()
 
@@ -164,7 +165,8 @@ def test_decode_refuses_what_is_not_a_whole_digest(tmp_path) -> None:
         "md5": np.asarray([b"0" * 32, b"1" * 32, b"2" * 32], "S32"),
     }
     leaves = [LeafRef("h1", 2, 10, "x"), LeafRef("h2", 1, 5, "y")]
-    raw = digest.encode("v", leaves, codes)
+    digest.write(tmp_path, "pets", "v", leaves, codes)
+    raw = digest.path_of(tmp_path, "pets", "v").read_bytes()
     back = digest.decode(raw)
     assert back.leaves == [("h1", 2), ("h2", 1)] and back.version_id == "v"
     assert back.slice(1, 3)["md5"].tolist() == [b"1" * 32, b"2" * 32]
@@ -172,6 +174,12 @@ def test_decode_refuses_what_is_not_a_whole_digest(tmp_path) -> None:
     for bad in (raw[:-1], raw[:9] + raw[10:], b"0" + raw[1:], raw + b"x"):
         with pytest.raises(ValueError):
             digest.decode(bad)
+    # Checksummed but not a digest's header (a hand-made or hostile file): refused, no crash.
+    for header in (b"[1, 2]", b'{"format": 1, "version_id": "v", "leaves": [["h", -1]], '
+                   b'"labels": [], "n": -1}'):  # fmt: skip
+        body = header + b"\n"
+        with pytest.raises(ValueError):
+            digest.decode(b"%08x\n" % zlib.crc32(body) + body)
     # A digest whose leaves do not add up to its rows is refused on write, and not written.
-    digest.write(tmp_path, "pets", "v", leaves[:1], codes)
-    assert not digest.path_of(tmp_path, "pets", "v").exists()
+    digest.write(tmp_path, "pets", "w", leaves[:1], codes)
+    assert not digest.path_of(tmp_path, "pets", "w").exists()

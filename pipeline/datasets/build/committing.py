@@ -13,7 +13,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from pipeline.cyclic_gc import gc_paused
-from pipeline.datasets import dataroot, head, publish, pull
+from pipeline.datasets import chunks, dataroot, head, publish, pull
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delta as delta_commit
 from pipeline.datasets.build import digest, summaries
@@ -307,7 +307,7 @@ def commit(
         if tree is not None and leaf_sums is not None:
             # For the next delta commit (digest.py): a cache, written when the store is about
             # to name the version the head (a rollback leaves a digest nobody asks for).
-            codes = delta.codes if delta is not None else digest.codes_of(samples)
+            codes = delta.codes if delta is not None else chunks.codes_of(samples)
             digest.write(data_root, dataset, version_id, tree.leaves, codes)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
 

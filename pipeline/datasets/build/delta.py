@@ -18,9 +18,9 @@ for byte. Then the commit needs only:
 The counts and mean/std are the leaves' summaries summed (summaries.py); ``version_id`` is the
 same function of the (md5, label, split) list as ``manifest.version_id_for``, computed in
 numpy from the leaves' indexes (the reused leaves' from the head's digest when it has one:
-digest.py, one file instead of one a leaf); the quality report reads the head through the store for the
-few contents it lists. tests/datasets/test_delta_commit.py holds the result to the full
-commit's, field for field, on random edits.
+digest.py, one file instead of one a leaf); the quality report reads the head through the
+store for the few contents it lists. tests/datasets/test_delta_commit.py holds the result to
+the full commit's, field for field, on random edits.
 """
 
 from __future__ import annotations
@@ -186,7 +186,6 @@ class DeltaVersion:
     diff: dict[str, int]
     version_id: str
     codes: dict  # manifest.merge_codes of every sample, in leaf order (for the new digest)
-    head_digest: object  # digest.Digest of the head, or None
 
 
 def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Since, prior, sidecar):
@@ -239,7 +238,6 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         diff=_diff_counts(session, since.version_id, changes.affected, samples),
         version_id=mf.version_id_of_indexes(dataset, rh, [codes]),
         codes=codes,
-        head_digest=head_digest,
     )
 
 

@@ -18,8 +18,12 @@ the chunk tree. Missing or not matching, the commit reads the leaves as before, 
 lost but time. Only the newest head's digest is kept per dataset.
 
 Layout: a first line of 8 hex digits, the crc32 of everything after it; then one JSON header
-line (``format``, ``version_id``, ``leaves``: [[hash, count], ...], ``labels``, ``n``); then the raw arrays ``label`` int32 (into ``labels``,
--1: none), ``split`` int8 (1 = val), ``md5`` S32, each of ``n`` rows.
+line (``format``, ``version_id``, ``leaves``: [[hash, count], ...], ``labels``, ``n``); then
+the raw arrays ``label`` int32 (into ``labels``, -1: none), ``split`` int8 (1 = val), ``md5``
+S32, each of ``n`` rows.
+
+The crc32 catches a torn or damaged file, not a deliberate edit: unlike a leaf index, checked
+against the sha256 its node lists, a digest is trusted like the store's rows.
 """
 
 from __future__ import annotations
@@ -75,10 +79,6 @@ def path_of(data_root: Path, dataset: str, version_id: str) -> Path:
     return Path(data_root) / DIGESTS_DIR / dataset / f"{version_id}{SUFFIX}"
 
 
-def encode(version_id: str, leaves: Sequence[LeafRef], codes: dict) -> bytes:
-    return b"".join(_parts(version_id, leaves, codes))
-
-
 def _parts(version_id: str, leaves: Sequence[LeafRef], codes: dict) -> list:
     """The digest's bytes in parts, the arrays as views of ``codes``: write() streams them,
     as a copy of a million samples' codes, joined, at the end of a full commit (its memory's
@@ -105,11 +105,11 @@ def decode(raw: bytes) -> Digest:
         raise ValueError("checksum does not match")
     cut = raw.index(b"\n", 9)
     header = json.loads(raw[9:cut])
-    if header.get("format") != _FORMAT:
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
         raise ValueError(f"not a digest of format {_FORMAT}")
     n = int(header["n"])
     leaves = [(str(h), int(count)) for h, count in header["leaves"]]
-    if sum(count for _h, count in leaves) != n:
+    if n < 0 or any(count < 0 for _h, count in leaves) or sum(c for _h, c in leaves) != n:
         raise ValueError("its leaves do not add up to its rows")
     codes: dict = {"labels": list(header["labels"]), "n": n}
     offset = cut + 1
@@ -175,19 +175,3 @@ def write(
                 other.unlink(missing_ok=True)
     except (OSError, ValueError) as exc:
         log.warning("%s: digest not written (%s)", path, exc)
-
-
-def codes_of(samples: Sequence) -> dict:
-    """merge_codes' shape for samples in memory (a full commit's), without the index's
-    segment and row arrays."""
-    labels = sorted({s.label for s in samples if s.label is not None})
-    pos = {lab: i for i, lab in enumerate(labels)}
-    return {
-        "labels": labels,
-        "n": len(samples),
-        "label": np.fromiter(
-            (-1 if s.label is None else pos[s.label] for s in samples), np.int32, len(samples)
-        ),
-        "split": np.fromiter((s.split == "val" for s in samples), np.int8, len(samples)),
-        "md5": np.asarray([s.md5 for s in samples], dtype="S32"),
-    }
