@@ -10,7 +10,9 @@ What may go:
 - chunks no kept version references, and chunk files the store never recorded
   (gc_chunks.py: reference-counted like segments);
 - leftovers of killed builds: segment temp folders, version staging folders, segment folders
-  and version folders that the store never recorded.
+  and version folders that the store never recorded;
+- digests (build/digest.py) of versions that are no longer a head, and their temp files: a
+  digest is a cache of one head's leaves, worth nothing once the head moved on.
 Anything younger than ``min_age_s`` is left alone: it may belong to a build in flight; so is
 any segment of a live build lease (``leases.py``: what a plan or a shard counts on until its
 commit, however long the DAG takes between them).
@@ -112,7 +114,25 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
             or not _old(data_root / seg.path, now, min_age_s)
         ),
     )
-    return _plan_files(session, data_root, plan, known, leased, now, min_age_s)
+    plan = _plan_files(session, data_root, plan, known, leased, now, min_age_s)
+    plan.leftovers += _stale_digests(data_root, heads, now, min_age_s)
+    return plan
+
+
+def _stale_digests(data_root: Path, heads: set[str], now: float, min_age_s: float) -> list[str]:
+    """Digest files (and temp files) under DATA_ROOT/digests/ that name no kept head: a commit
+    keeps only its new head's digest, but a head moved without a commit (a rollback, an
+    approval) or a dataset gone from the store leaves one behind (~37 bytes a sample)."""
+    from pipeline.datasets.build.digest import DIGESTS_DIR, SUFFIX
+
+    root = data_root / DIGESTS_DIR
+    stale: list[str] = []
+    for ds_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        for path in sorted(ds_dir.iterdir()) if ds_dir.is_dir() else []:
+            kept = not path.name.startswith(".") and path.name.removesuffix(SUFFIX) in heads
+            if path.is_file() and not kept and _old(path, now, min_age_s):
+                stale.append(f"{DIGESTS_DIR}/{ds_dir.name}/{path.name}")
+    return stale
 
 
 def plan_recorded_segments(
@@ -256,6 +276,14 @@ def _old(path: Path, now: float, min_age_s: float) -> bool:
         return True  # already gone: nothing in flight can be using it
 
 
+def _remove(path: Path) -> None:
+    """A leftover folder or file, gone (already gone is fine)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _du(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -313,7 +341,7 @@ def _apply(
     for s in plan.segments:
         shutil.rmtree(data_root / s["path"], ignore_errors=True)
     for rel in plan.leftovers:
-        shutil.rmtree(data_root / rel, ignore_errors=True)
+        _remove(data_root / rel)
     remove_chunk_files(data_root, plan.chunks)
     clean_stale_temps(data_root)
     prune_expired(data_root)  # leases of builds that died long ago

@@ -188,3 +188,43 @@ def test_gc_during_a_build_never_leaves_a_recorded_segment_without_its_folder(st
     assert len(r) == 5 and any(r.metadata(i)["path"].endswith("new.jpg") for i in range(len(r)))
     x, _ = r.get_batch(list(range(len(r))))  # every segment the version uses is there
     assert x.shape[0] == 5
+
+
+def test_gc_sweeps_digests_of_versions_that_are_no_longer_a_head(store, home):
+    """A commit keeps only its new head's digest; one left behind (a head moved without a
+    commit, a crash before the sweep, a dataset the store forgot) is collected, old enough."""
+    from pipeline.datasets.build import run_build
+    from pipeline.datasets.build.digest import path_of
+    from pipeline.datasets.gc import collect
+
+    data_root = home / "data"
+    v1, v2, v3 = _three_versions(store, home)
+    head = path_of(data_root, "pets", v3.version_id)
+    assert head.is_file()
+    folder = head.parent
+    stale = [
+        folder / f"{v1.version_id}.digest",  # a version no longer the head
+        folder / f".{v3.version_id}.digest.4242.tmp",  # a killed write's temp file
+        data_root / "digests" / "gone" / f"{'a' * 64}.digest",  # a dataset the store forgot
+    ]
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(head.read_bytes())
+
+    assert collect(store=store).leftovers == []  # default min age: nothing young goes
+    dry = collect(min_age_s=0, store=store)
+    want = sorted(str(p.relative_to(data_root)) for p in stale)
+    assert sorted(r for r in dry.leftovers if r.startswith("digests/")) == want
+    assert all(p.is_file() for p in stale)  # a dry run deletes nothing
+
+    applied = collect(min_age_s=0, apply=True, store=store)
+    assert sorted(r for r in applied.leftovers if r.startswith("digests/")) == want
+    assert not any(p.exists() for p in stale)
+    assert head.is_file()  # the head's own digest stays
+    # ... and still serves the next delta commit.
+    from tests.datasets.conftest import write_jpeg
+
+    write_jpeg(home / "lake" / "pets" / "cat" / "later.jpg", seed=901)
+    v4 = run_build("pets", workers=1, store=store).version
+    assert v4.samples == v3.samples + 1
+    assert path_of(data_root, "pets", v4.version_id).is_file() and not head.exists()
