@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.datasets.chunks import ChunkError, node_indexes
+from pipeline.datasets.chunkread import node_indexes
+from pipeline.datasets.chunks import ChunkError
 from pipeline.datasets.manifest import ManifestError
 
 

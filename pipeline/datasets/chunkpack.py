@@ -12,7 +12,7 @@ version writes, and only on S3.
 Layout: one JSON header line ``{"format": 1, "parts": [len, ...]}``, then the parts' bytes back
 to back: the node first, then its children's indexes in the node's order. A pack is checked by
 its parts (the node's bytes against its name, each index against the checksum its node lists:
-``chunks.node_indexes``), so it needs no checksum of its own.
+``chunkread.node_indexes``), so it needs no checksum of its own.
 """
 
 from __future__ import annotations

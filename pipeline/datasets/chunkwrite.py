@@ -2,8 +2,8 @@
 where a run of samples is unchanged), group them into nodes, and write the chunk files that do
 not exist yet, once each.
 
-The format, the cut rule and the reading side are pipeline/datasets/chunks.py's; this module
-owns only the write, whose result must be byte-identical to chunking from scratch.
+The format and the cut rule are pipeline/datasets/chunks.py's, the reading side
+pipeline/datasets/chunkread.py's; this module owns only the write, whose result must be byte-identical to chunking from scratch.
 """
 
 from __future__ import annotations

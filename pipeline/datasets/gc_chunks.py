@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from pipeline.datasets import chunkread
 from pipeline.datasets import chunks as ch
 from pipeline.metadata.datasets import (
     CHUNK_LEAF,
@@ -87,7 +88,7 @@ def _on_disk_unrecorded(data_root: Path, folders: list[str]) -> set[str]:
             continue
         out.update(n["hash"] for n in section.get("nodes", []))
         try:
-            out.update(leaf.hash for leaf in ch.walk_leaves(data_root, section))
+            out.update(leaf.hash for leaf in chunkread.walk_leaves(data_root, section))
         except (ch.ChunkError, OSError, ValueError, KeyError):
             continue
     return out

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pipeline.datasets import chunkpack
+from pipeline.datasets import chunkpack, chunkread
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.chunkpack import PACK_SUFFIX
@@ -142,7 +142,7 @@ def chunk_relpaths(local_root: Path, manifest: dict) -> list[str]:
     out = []
     for node in section["nodes"]:
         out.append(ch.chunk_relpath(node["hash"], ch.NODE_SUFFIX))
-        for leaf in ch.read_node(local_root, node["hash"]):
+        for leaf in chunkread.read_node(local_root, node["hash"]):
             out.append(ch.chunk_relpath(leaf.hash, ch.INDEX_SUFFIX))
             out.append(ch.chunk_relpath(leaf.hash, ch.META_SUFFIX))
     return sorted(set(out))
@@ -172,9 +172,9 @@ def node_pack(data_root: Path, h: str) -> bytes:
     path = ch.chunk_path(data_root, h, ch.NODE_SUFFIX)
     node = path.read_bytes()
     parts = [node]
-    for leaf in ch.parse_node(node, path, h):
-        raw, idx_path = ch.index_raw(data_root, leaf)
-        ch.check_index(raw, idx_path, leaf)
+    for leaf in chunkread.parse_node(node, path, h):
+        raw, idx_path = chunkread.index_raw(data_root, leaf)
+        chunkread.check_index(raw, idx_path, leaf)
         parts.append(raw)
     return chunkpack.encode(parts)
 

@@ -19,6 +19,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pipeline.datasets import chunkread
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.errors import BuildError
@@ -82,7 +83,7 @@ def pull_chunks(remote: str, local_root: Path, section: dict | None) -> None:
     _get_all(missing(nodes))
     leaves = []
     for node in section["nodes"]:
-        for leaf in ch.read_node(local_root, node["hash"]):
+        for leaf in chunkread.read_node(local_root, node["hash"]):
             leaves += [
                 ch.chunk_relpath(leaf.hash, ch.INDEX_SUFFIX),
                 ch.chunk_relpath(leaf.hash, ch.META_SUFFIX),

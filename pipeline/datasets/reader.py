@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.chunkindex import assemble_index
-from pipeline.datasets.chunks import read_meta, walk_leaves
+from pipeline.datasets.chunkread import read_meta, walk_leaves
 from pipeline.datasets.manifest import ManifestError, VersionNotFound
 from pipeline.datasets.segments import ZARR_NAME
 

@@ -27,9 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from pipeline.datasets import chunkread, remote_files
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
-from pipeline.datasets import remote_files
 from pipeline.datasets.publish import s3_store
 from pipeline.datasets.segments import INFO_NAME, ZARR_NAME, tree_digest
 from pipeline.storage.cache import CacheItem, ObjectCache, Pins, sha256_file, write_unsynced
@@ -74,7 +74,7 @@ def _pack_is(h: str):
 
     def check(path: Path) -> bool:
         try:
-            return ch.pack_indexes(path, h) is not None
+            return chunkread.pack_indexes(path, h) is not None
         except (OSError, ValueError, KeyError, TypeError, ch.ChunkError):
             return False
 
@@ -132,7 +132,7 @@ class RemoteMeta:
             return
         cache = _cache(self.max_mb, self.cache_root)
         root = local_root(cache, self.remote)
-        leaves = ch.walk_leaves(root, self.section)
+        leaves = chunkread.walk_leaves(root, self.section)
         items = {
             leaf.hash: _file_item(
                 self.remote,
@@ -206,7 +206,7 @@ def fetch_version(
         if item.path not in nodes:
             return []
         out = []
-        for leaf in ch.read_node(root, nodes[item.path]):
+        for leaf in chunkread.read_node(root, nodes[item.path]):
             size = _IDX_HEADER_BYTES + _IDX_BYTES_PER_SAMPLE * leaf.count
             rel_idx = ch.chunk_relpath(leaf.hash, ch.INDEX_SUFFIX)
             out.append(_file_item(remote, root, rel_idx, size, leaf.sha256_idx))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline.datasets import chunkread
 from pipeline.datasets import chunks as ck
 from pipeline.datasets.chunkwrite import write_tree
 
@@ -117,11 +118,13 @@ def test_write_tree_writes_each_chunk_once_and_reuses_it(tmp_path):
     assert again.bytes_written == 0 and again.leaves == first.leaves and again.nodes == first.nodes
     assert {p: p.stat().st_mtime_ns for p in files} == files  # nothing rewritten
     # The walk from the manifest section gives back the same leaves, and the same samples.
-    walked = ck.walk_leaves(tmp_path, first.manifest_section())
+    walked = chunkread.walk_leaves(tmp_path, first.manifest_section())
     assert walked == first.leaves
-    lines = b"".join(ck.read_meta(tmp_path, leaf.hash) for leaf in walked).decode().splitlines()
+    lines = (
+        b"".join(chunkread.read_meta(tmp_path, leaf.hash) for leaf in walked).decode().splitlines()
+    )
     assert lines == [ck.entry_line(s) for s in samples]
-    rows = np.concatenate([ck.read_index(tmp_path, leaf)["row"] for leaf in walked])
+    rows = np.concatenate([chunkread.read_index(tmp_path, leaf)["row"] for leaf in walked])
     assert rows.tolist() == [s.row for s in samples]
 
 
@@ -139,15 +142,15 @@ def test_a_chunk_whose_bytes_do_not_match_its_name_is_refused(tmp_path):
     path = ck.chunk_path(tmp_path, leaf.hash, ck.META_SUFFIX)
     path.write_bytes(path.read_bytes() + b"x")
     with pytest.raises(ck.ChunkError, match="do not match the leaf's name"):
-        ck.read_meta(tmp_path, leaf.hash)
+        chunkread.read_meta(tmp_path, leaf.hash)
     idx = ck.chunk_path(tmp_path, leaf.hash, ck.INDEX_SUFFIX)
     idx.write_bytes(idx.read_bytes()[:-1] + b"\x01")
     with pytest.raises(ck.ChunkError, match="checksum its node lists"):
-        ck.read_index(tmp_path, leaf)
+        chunkread.read_index(tmp_path, leaf)
     node = ck.chunk_path(tmp_path, tree.nodes[0].hash, ck.NODE_SUFFIX)
     node.unlink()
     with pytest.raises(ck.ChunkError, match="chunk node missing"):
-        ck.walk_leaves(tmp_path, tree.manifest_section())
+        chunkread.walk_leaves(tmp_path, tree.manifest_section())
 
 
 def _leaf_set(tmp: Path, samples: list[S]) -> tuple[set[str], set[str], bool]:
@@ -238,10 +241,10 @@ def test_a_node_pack_gives_the_same_leaves_and_indexes_as_the_files(tmp_path):
     assert len(tree.leaves) > len(tree.nodes) >= 1
     _packed_copy(tmp_path / "root", tmp_path / "cache", tree)
     section = tree.manifest_section()
-    assert ck.walk_leaves(tmp_path / "cache", section) == tree.leaves
+    assert chunkread.walk_leaves(tmp_path / "cache", section) == tree.leaves
     for node in tree.nodes:
-        from_pack = ck.node_indexes(tmp_path / "cache", node.hash)
-        from_files = ck.node_indexes(tmp_path / "root", node.hash)
+        from_pack = chunkread.node_indexes(tmp_path / "cache", node.hash)
+        from_files = chunkread.node_indexes(tmp_path / "root", node.hash)
         assert [leaf for leaf, _ in from_pack] == [leaf for leaf, _ in from_files]
         for (_, a), (_, b) in zip(from_pack, from_files, strict=True):
             assert a["segments"] == b["segments"] and a["labels"] == b["labels"]
@@ -263,11 +266,11 @@ def test_a_damaged_node_pack_is_refused_naming_it(tmp_path):
     pack.write_bytes(bytes(damaged))
     assert not _pack_is(h)(pack)
     with pytest.raises(ck.ChunkError, match=r"\.pack: bytes do not match the checksum"):
-        ck.node_indexes(tmp_path / "cache", h)
+        chunkread.node_indexes(tmp_path / "cache", h)
     pack.write_bytes(good[:-10])  # truncated
     assert not _pack_is(h)(pack)
     with pytest.raises(ck.ChunkError, match="not a node pack"):
-        ck.node_indexes(tmp_path / "cache", h)
+        chunkread.node_indexes(tmp_path / "cache", h)
     pack.write_bytes(good)
     assert not _pack_is(tree.nodes[-1].hash if len(tree.nodes) > 1 else "0" * 64)(pack)
 

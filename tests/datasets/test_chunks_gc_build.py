@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 def test_gc_during_a_commit_keeps_the_chunks_it_reuses(store, home):
     from pipeline.datasets.build import run_build
-    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.datasets.chunkread import walk_leaves
     from pipeline.datasets.gc import collect
     from pipeline.datasets.reader import open_version
 

@@ -281,7 +281,7 @@ def test_format_1_and_format_2_versions_of_one_dataset_read_and_diff_side_by_sid
 
 def test_a_version_whose_chunk_is_missing_or_damaged_fails_naming_the_file(sqlite_store, home):
     from pipeline.datasets.build import run_build
-    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.datasets.chunkread import walk_leaves
     from pipeline.datasets.manifest import ManifestError
     from pipeline.datasets.reader import open_version
 

@@ -154,7 +154,7 @@ def _assert_chunks_recorded_and_complete(store, data_root: Path, r) -> None:
     its leaves, in order, with their entries, and its nodes."""
     from sqlalchemy import select
 
-    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.datasets.chunkread import walk_leaves
     from pipeline.metadata.datasets import Chunk, ChunkEntry, VersionChunk
 
     assert r.manifest["format_version"] == 2

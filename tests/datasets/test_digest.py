@@ -33,12 +33,12 @@ def _first_version(store, home, monkeypatch):
 
 def _expected(data, version_id: str):
     """What the version's digest must hold, read the slow way: every leaf's index file."""
-    from pipeline.datasets import chunks
+    from pipeline.datasets import chunkread
     from pipeline.datasets import manifest as mf
 
     manifest = json.loads((mf.version_dir(data, "pets", version_id) / mf.MANIFEST).read_text())
-    leaves = chunks.walk_leaves(data, manifest["chunks"])
-    return leaves, mf.merge_codes([chunks.read_index(data, leaf) for leaf in leaves])
+    leaves = chunkread.walk_leaves(data, manifest["chunks"])
+    return leaves, mf.merge_codes([chunkread.read_index(data, leaf) for leaf in leaves])
 
 
 def _assert_digest_is_the_leaves(data, version_id: str) -> None:
@@ -105,7 +105,7 @@ def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
     """The head's digest damaged (a flipped byte, cut short, empty), valid but of another leaf list,
     or gone: the commit says so, reads the head's leaves instead, and publishes the version
     whose id is the one its leaves give, with a new digest equal to its leaves."""
-    from pipeline.datasets import chunks
+    from pipeline.datasets import chunkread
     from pipeline.datasets import manifest as mf
     from pipeline.datasets.build import build, delta, digest
     from pipeline.datasets.chunks import LeafRef
@@ -141,7 +141,7 @@ def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
     if damage != "missing":
         assert any(str(path) in r.getMessage() for r in caplog.records)
     leaves, _codes = _expected(data, second.version_id)
-    indexes = [chunks.read_index(data, leaf) for leaf in leaves]
+    indexes = [chunkread.read_index(data, leaf) for leaf in leaves]
     assert mf.version_id_of_indexes("pets", first_recipe_hash(store), indexes) == second.version_id
     _assert_digest_is_the_leaves(data, second.version_id)
 

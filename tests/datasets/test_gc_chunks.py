@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from pipeline.datasets import chunkread
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.chunkwrite import write_tree
@@ -75,7 +76,7 @@ def test_gc_keeps_the_chunks_of_kept_versions_and_deletes_the_others(store, lt_e
         listed = set(s.scalars(select(VersionChunk.chunk_hash)))
         assert set(s.scalars(select(VersionChunk.version_id).distinct())) == {ids[0], ids[3]}
     assert listed <= kept
-    assert entries == sum(len(ch.read_entries(data_root, h)) for h in listed)
+    assert entries == sum(len(chunkread.read_entries(data_root, h)) for h in listed)
     # Nothing left to collect: a second gc drops nothing.
     again = collect(keep_last=1, min_age_s=0, apply=True, store=store, data_root=data_root)
     assert again.versions == [] and again.chunks == []

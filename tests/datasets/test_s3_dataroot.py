@@ -214,7 +214,7 @@ def test_two_processes_opening_one_version_at_once_download_it_once(
         assert p.returncode == 0, err[-3000:]
         results.append(out.split()[-2:])
     downloads = sorted(int(r[0]) for r in results)
-    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.datasets.chunkread import walk_leaves
     from pipeline.datasets.dataroot import work_root
     from pipeline.datasets.manifest import read_manifest, version_dir
 
@@ -282,7 +282,7 @@ def test_opening_latest_takes_the_head_and_the_manifest_then_one_get_per_object(
     s3_root, lt_env, store, monkeypatch
 ):
     from pipeline.datasets.build import build
-    from pipeline.datasets.chunks import walk_leaves
+    from pipeline.datasets.chunkread import walk_leaves
     from pipeline.datasets.reader import open_version
 
     v = build("pets", workers=1)

@@ -15,15 +15,14 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from pipeline.datasets.build.windows import sample_of
+from pipeline.datasets.chunkread import read_entries, walk_leaves
 from pipeline.datasets.chunks import (
     ENTRY_COLUMNS,
     LeafRef,
     NodeRef,
     Tree,
     entry_rows,
-    read_entries,
     sample_key,
-    walk_leaves,
 )
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import CHUNK_LEAF, CHUNK_NODE, VersionChunk

@@ -39,7 +39,8 @@ from pipeline.datasets.build.changes import Since, ledger_rows, pending_rows, se
 from pipeline.datasets.build.planning import processed_rows
 from pipeline.datasets.build.values import _Sample
 from pipeline.datasets.build.windows import Fallback, cut, sample_of
-from pipeline.datasets.chunks import LeafRef, read_entries
+from pipeline.datasets.chunkread import read_entries, read_index, walk_leaves
+from pipeline.datasets.chunks import LeafRef
 from pipeline.datasets.chunkwrite import Piece
 from pipeline.datasets.version_rows import ENTRIES_OF_VERSION
 from pipeline.metadata.driver import driver_rows
@@ -210,7 +211,7 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
     )  # fmt: skip
     samples, invalid, left_out = assemble_changes(recipe, changes, sidecar, near.splits)
     try:
-        head_leaves = chunks.walk_leaves(data_root, prior.manifest["chunks"])
+        head_leaves = walk_leaves(data_root, prior.manifest["chunks"])
     except chunks.ChunkError as exc:
         raise Fallback(str(exc)) from None
     cutting = cut(
@@ -280,7 +281,7 @@ def _reused_index(data_root: Path, leaf: LeafRef) -> dict:
     """A head leaf's index for version_id, without its segments table."""
     _check_reusable(data_root, leaf)
     try:
-        return chunks.read_index(data_root, leaf, segments=False)  # for version_id alone
+        return read_index(data_root, leaf, segments=False)  # for version_id alone
     except chunks.ChunkError as exc:
         raise Fallback(str(exc)) from None
 

@@ -24,7 +24,8 @@ from sqlalchemy.orm import Session
 
 from pipeline.datasets.build.assemble import _diff, _version_paths
 from pipeline.datasets.build.values import _Sample
-from pipeline.datasets.chunks import Tree, read_index, walk_leaves
+from pipeline.datasets.chunkread import read_index, walk_leaves
+from pipeline.datasets.chunks import Tree
 from pipeline.datasets.version_rows import leaf_entries, leaf_hashes, path_diff, paths_in
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pipeline.datasets import chunks
 from pipeline.datasets.build.values import _Sample
-from pipeline.datasets.chunks import LeafRef, read_entries, sample_key
+from pipeline.datasets.chunkread import read_entries
+from pipeline.datasets.chunks import LeafRef, sample_key
 from pipeline.datasets.chunkwrite import Piece, _cuts
 
 
