@@ -65,6 +65,7 @@ def cut(
         else:
             dirty[max(hi, 0)] = True  # between two leaves: the one before (or leaf 0)
     by_path = [s.path for s in samples]
+    entries = _Entries(data_root)
     out: list[Piece] = []
     window_end = 0  # the head leaf after the last window (out holds whole leaves from there)
     k = 0
@@ -88,11 +89,11 @@ def cut(
             k = start
             lo = 0 if start == 0 else bisect_left(by_path, firsts[start])
             hi = len(samples) if stop >= m else bisect_left(by_path, firsts[stop])
-            window = _window(data_root, head_leaves[start:stop], gone, samples[lo:hi])
+            window = _window(entries, head_leaves[start:stop], gone, samples[lo:hi])
             if not window and start > 0:
                 start -= 1  # nothing left here: the cut before it moves too
                 continue
-            cuts = _cuts(window, _offered(data_root, head_leaves[start:stop]))
+            cuts = _cuts(window, _offered(entries, head_leaves[start:stop]))
             if (
                 stop >= m
                 or not window
@@ -109,30 +110,36 @@ def cut(
     return out
 
 
-def _offered(data_root: Path, leaves: list[LeafRef]) -> list[tuple[LeafRef, bytes]]:
+def _offered(entries: _Entries, leaves: list[LeafRef]) -> list[tuple[LeafRef, bytes]]:
     """Each head leaf with its first sample's key, for _cuts (a run that formats to one of
     them is that leaf)."""
-    return [(leaf, sample_key(sample_of(_entries(data_root, leaf)[0]))) for leaf in leaves]
+    return [(leaf, sample_key(sample_of(entries(leaf)[0]))) for leaf in leaves]
 
 
-def _entries(data_root: Path, leaf: LeafRef) -> list[dict]:
-    try:
-        return read_entries(data_root, leaf.hash)
-    except chunks.ChunkError as exc:
-        raise Fallback(str(exc)) from None
+class _Entries:
+    """The head leaves' metadata entries, each leaf read and parsed once per cut: a window
+    reads its leaves, offers them to _cuts, and reads them again each time it widens."""
+
+    def __init__(self, data_root: Path) -> None:
+        self._data_root = data_root
+        self._read: dict[str, list[dict]] = {}
+
+    def __call__(self, leaf: LeafRef) -> list[dict]:
+        got = self._read.get(leaf.hash)
+        if got is None:
+            try:
+                got = self._read[leaf.hash] = read_entries(self._data_root, leaf.hash)
+            except chunks.ChunkError as exc:
+                raise Fallback(str(exc)) from None
+        return got
 
 
 def _window(
-    data_root: Path, leaves: list[LeafRef], gone: set[str], affected: list[_Sample]
+    entries: _Entries, leaves: list[LeafRef], gone: set[str], affected: list[_Sample]
 ) -> list[_Sample]:
     """The new samples over these head leaves: theirs but the affected paths', and the
     affected samples in their range, by path."""
-    kept = [
-        s
-        for leaf in leaves
-        for s in map(sample_of, _entries(data_root, leaf))
-        if s.path not in gone
-    ]
+    kept = [s for leaf in leaves for s in map(sample_of, entries(leaf)) if s.path not in gone]
     # An affected path's samples all come from the change set: merge by path (a stable sort
     # keeps each path's rows in their order).
     return sorted(kept + affected, key=lambda s: s.path)
