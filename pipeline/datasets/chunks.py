@@ -43,7 +43,6 @@ from typing import Protocol
 
 import numpy as np
 
-from pipeline.datasets.chunkpack import PACK_SUFFIX as PACK_SUFFIX  # a chunk file's suffix too
 from pipeline.datasets.manifest import ManifestError
 
 # Average samples per leaf: ~200 bytes of metadata a sample makes a ~25 KB leaf, so a new

@@ -27,6 +27,7 @@ from sqlalchemy import select, update
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
 from pipeline.datasets import remote_files
+from pipeline.datasets.chunkpack import PACK_SUFFIX
 from pipeline.datasets.dataroot import work_root_of
 from pipeline.datasets.gc import GcPlan, drop_rows, plan_recorded_segments, plan_versions
 from pipeline.datasets.gc_chunks import plan_chunks
@@ -69,7 +70,7 @@ class Listing:
         return out
 
     def chunk_bytes(self, h: str) -> int:
-        suffixes = (ch.META_SUFFIX, ch.INDEX_SUFFIX, ch.NODE_SUFFIX, ch.PACK_SUFFIX)
+        suffixes = (ch.META_SUFFIX, ch.INDEX_SUFFIX, ch.NODE_SUFFIX, PACK_SUFFIX)
         return sum(self.objects.get(ch.chunk_relpath(h, s), (0, 0.0))[0] for s in suffixes)
 
     def unrecorded_chunks(self, folders: list[str]) -> set[str]:
@@ -204,7 +205,7 @@ def collect(
         urls = [
             join(remote, ch.chunk_relpath(c["hash"], suffix))
             for c in result.chunks
-            for suffix in (ch.META_SUFFIX, ch.INDEX_SUFFIX, ch.NODE_SUFFIX, ch.PACK_SUFFIX)
+            for suffix in (ch.META_SUFFIX, ch.INDEX_SUFFIX, ch.NODE_SUFFIX, PACK_SUFFIX)
         ]
         if urls:
             with ThreadPoolExecutor(min(S3_CONCURRENCY, len(urls))) as pool:

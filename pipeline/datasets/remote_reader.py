@@ -30,6 +30,7 @@ from typing import Any
 from pipeline.datasets import chunkread, remote_files
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
+from pipeline.datasets.chunkpack import PACK_SUFFIX
 from pipeline.datasets.publish import s3_store
 from pipeline.datasets.segments import INFO_NAME, ZARR_NAME, tree_digest
 from pipeline.storage.cache import CacheItem, ObjectCache, Pins, sha256_file, write_unsynced
@@ -185,7 +186,7 @@ def fetch_version(
     if section.get("packed"):
         # One pack per node holds it and its leaves' indexes (chunkpack.py): no second round.
         for n in section["nodes"]:
-            rel_pack = ch.chunk_relpath(n["hash"], ch.PACK_SUFFIX)
+            rel_pack = ch.chunk_relpath(n["hash"], PACK_SUFFIX)
             size = _IDX_HEADER_BYTES + _IDX_BYTES_PER_SAMPLE * int(n["count"])
             items.insert(
                 0,

@@ -425,3 +425,12 @@ def test_segments_are_filled_in_lake_path_order(store, home, monkeypatch):
     for k in range(5):
         rows = sorted(row for _, row in placed[5 * k : 5 * k + 5])
         assert rows == list(range(len(rows)))
+
+    # An increment plans from the change set (build/changes.py): in path order too (in md5
+    # order these four new files come as cat, cat, ant, ant).
+    for cls, seed in (("cat", 70), ("ant", 71), ("cat", 72), ("ant", 73)):
+        write_jpeg(home / "lake" / "pets" / cls / f"new{seed}.jpg", seed=seed)
+    scan(home / "lake", dataset="pets", store=store)
+    shards = plan("pets", store=store)
+    in_order = [f.path for s in shards for f in s.files]
+    assert in_order == sorted(in_order) and len(in_order) == 4

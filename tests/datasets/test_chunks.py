@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.datasets import chunkread
 from pipeline.datasets import chunks as ck
+from pipeline.datasets.chunkpack import PACK_SUFFIX
 from pipeline.datasets.chunkwrite import write_tree
 
 
@@ -230,7 +231,7 @@ def _packed_copy(src: Path, dst: Path, tree) -> None:
     from pipeline.datasets.publish import node_pack
 
     for node in tree.nodes:
-        path = ck.chunk_path(dst, node.hash, ck.PACK_SUFFIX)
+        path = ck.chunk_path(dst, node.hash, PACK_SUFFIX)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(node_pack(src, node.hash))
 
@@ -258,7 +259,7 @@ def test_a_damaged_node_pack_is_refused_naming_it(tmp_path):
     tree = write_tree(tmp_path / "root", _samples([f"f{i:04d}" for i in range(600)]))
     _packed_copy(tmp_path / "root", tmp_path / "cache", tree)
     h = tree.nodes[0].hash
-    pack = ck.chunk_path(tmp_path / "cache", h, ck.PACK_SUFFIX)
+    pack = ck.chunk_path(tmp_path / "cache", h, PACK_SUFFIX)
     good = pack.read_bytes()
     assert _pack_is(h)(pack)
     damaged = bytearray(good)

@@ -82,13 +82,14 @@ def test_a_damaged_cached_pack_is_fetched_again_and_reads_right(
 ):
     from pipeline.datasets import chunks as ch
     from pipeline.datasets.build import build
+    from pipeline.datasets.chunkpack import PACK_SUFFIX
     from pipeline.datasets.reader import open_version
 
     v = build("pets", workers=1)
     first = open_version("pets", v.version_id, store=store)
     want = first.get_batch(np.arange(len(first)))[0]
     node = first.manifest["chunks"]["nodes"][0]["hash"]
-    pack = ch.chunk_path(first.data_root, node, ch.PACK_SUFFIX)
+    pack = ch.chunk_path(first.data_root, node, PACK_SUFFIX)
     del first
     raw = bytearray(pack.read_bytes())
     raw[-1] ^= 0x01  # same size, wrong bytes: its stat changes, so the cache checks it again
