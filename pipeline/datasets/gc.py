@@ -120,16 +120,17 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
 
 
 def _stale_digests(data_root: Path, heads: set[str], now: float, min_age_s: float) -> list[str]:
-    """Digest files (and temp files) under DATA_ROOT/digests/ that name no kept head: a commit
-    keeps only its new head's digest, but a head moved without a commit (a rollback, an
-    approval) or a dataset gone from the store leaves one behind (~37 bytes a sample)."""
-    from pipeline.datasets.build.digest import DIGESTS_DIR, SUFFIX
+    """Digest files, a head's other caches (``<version_id>.<kind>``: its near-duplicate
+    groups) and temp files under DATA_ROOT/digests/ that name no kept head: a commit keeps
+    only its new head's, but a head moved without a commit (a rollback, an approval) or a
+    dataset gone from the store leaves them behind (~37 bytes a sample)."""
+    from pipeline.datasets.build.digest import DIGESTS_DIR
 
     root = data_root / DIGESTS_DIR
     stale: list[str] = []
     for ds_dir in sorted(root.iterdir()) if root.is_dir() else []:
         for path in sorted(ds_dir.iterdir()) if ds_dir.is_dir() else []:
-            kept = not path.name.startswith(".") and path.name.removesuffix(SUFFIX) in heads
+            kept = not path.name.startswith(".") and path.name.split(".", 1)[0] in heads
             if path.is_file() and not kept and _old(path, now, min_age_s):
                 stale.append(f"{DIGESTS_DIR}/{ds_dir.name}/{path.name}")
     return stale

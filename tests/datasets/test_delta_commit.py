@@ -64,6 +64,41 @@ def _edit(lake: Path, rng: random.Random, round_: int) -> None:
                 p.unlink()
 
 
+def _edit_near(lake: Path, rng: random.Random, round_: int) -> None:
+    """A round of edits among near-duplicate groups (neargroups.py grows the head's): copies
+    that grow groups or start new ones, a new file, and from round 2 a grouped file moved to
+    another class and one copied exactly into another (their groups read again); in round 3 a
+    grouped file deleted (a group may split: the whole graph decides)."""
+    files = sorted(p for p in (lake / "pets").rglob("*") if p.is_file() and p.stem != "broken")
+    near = [p for p in files if p.stem.startswith("near")]
+    for k in range(rng.randint(2, 4)):
+        _near_copy(
+            rng.choice(near + files[:5]), lake / f"pets/{rng.choice(CLASSES)}/near{round_}_{k}.png"
+        )
+    write_jpeg(lake / f"pets/{rng.choice(CLASSES)}/n{round_}.jpg", seed=rng.randrange(10**6))
+    if round_ == 1:
+        (lake / "pets/dog/broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    if round_ >= 2 and len(near) > 1:
+        moved = rng.choice(near)
+        near.remove(moved)
+        other = rng.choice([c for c in CLASSES if c != moved.parent.name])
+        os.rename(moved, lake / f"pets/{other}/{moved.stem}_moved{moved.suffix}")
+        shutil.copyfile(rng.choice(near), lake / f"pets/{other}/dup{round_}.png")
+    if round_ == 3:  # a grouped content gone: a near copy whose bytes no other file holds
+        files = sorted(p for p in (lake / "pets").rglob("*") if p.is_file())
+        held = [p.read_bytes() for p in files]
+        victim = rng.choice(
+            [
+                p
+                for p in files
+                if p.stem.startswith("near")
+                and not p.stem.startswith(f"near{round_}_")  # one the head holds
+                and held.count(p.read_bytes()) == 1
+            ]
+        )
+        victim.unlink()
+
+
 def _mirror(src: Path, dst: Path) -> None:
     """dst becomes an exact copy of src, mtimes included (copy2)."""
     if dst.exists():
@@ -110,14 +145,21 @@ SEEDS = int(os.environ.get("LAKETRAIN_DELTA_SEEDS") or 4)
 
 
 @pytest.mark.parametrize(
-    ("seed", "old_head", "augment"), [(s, s % 4 == 3, s % 4 == 1) for s in range(SEEDS)]
+    ("seed", "old_head", "augment", "edits"),
+    [(s, s % 4 == 3, s % 4 == 1, "mixed") for s in range(SEEDS)]
+    + [(s, False, s == 1, "near") for s in range(2)],
 )
-def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head, augment) -> None:
+def test_delta_commits_equal_full_commits(
+    tmp_path, monkeypatch, seed, old_head, augment, edits
+) -> None:
     """``old_head``: the first version's leaves have no summary (built before 0011); the
     delta commit computes them from the leaves' metadata parts, and stores them. ``augment``:
-    two augmented copies per train sample (a path's rows may span two leaves)."""
+    two augmented copies per train sample (a path's rows may span two leaves). ``edits``:
+    "near", edits among near-duplicate groups (_edit_near), whose delta commits must grow the
+    head's groups (neargroups.py) where they can, and come out as the whole graph says."""
     from pipeline.datasets import chunks
     from pipeline.datasets.build import committing, delta, run_build
+    from pipeline.datasets.quality import compute, neardup
     from pipeline.settings import get_settings
 
     monkeypatch.setattr(chunks, "LEAF_TARGET", 4)
@@ -135,6 +177,19 @@ def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head,
             write_jpeg(
                 lake / f"pets/{cls}/{i:03d}.jpg", seed=seed * 10**5 + CLASSES.index(cls) * 100 + i
             )
+
+    if edits == "near":
+        for k, src in enumerate(sorted(lake.rglob("*.jpg"))[:8:2]):
+            _near_copy(src, lake / f"pets/{CLASSES[k % 3]}/near0_{k}.png")
+    grew: list[bool] = []  # per delta commit with a head groups file: grown, or not
+    real_grow, real_grown = neardup.grow, compute._grown
+    monkeypatch.setattr(
+        neardup, "grow", lambda *a: (lambda g: grew.append(g is not None) or g)(real_grow(*a))
+    )
+    reports: list[bool] = []  # per grown commit: the report from the grown groups
+    monkeypatch.setattr(
+        compute, "_grown", lambda *a: (lambda g: reports.append(g is not None) or g)(real_grown(*a))
+    )
 
     took: list[str] = []
     real_prepare = delta.prepare
@@ -162,7 +217,7 @@ def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head,
     seen = {"near": 0, "conflicts": 0, "invalid": 0, "leaves": 0}
     for round_ in range(4):
         if round_:
-            _edit(lake, rng, round_)
+            (_edit_near if edits == "near" else _edit)(lake, rng, round_)
         _mirror(lake, homes["full"] / "lake")
         took.clear()
         a, b = build("delta"), build("full")
@@ -205,6 +260,10 @@ def test_delta_commits_equal_full_commits(tmp_path, monkeypatch, seed, old_head,
     # The edits reached what they are meant to: several leaves, near-duplicate groups, label
     # conflicts and a corrupt file, each built both ways.
     assert seen["leaves"] >= 10 and seen["near"] and seen["conflicts"] and seen["invalid"], seen
+    if edits == "near":
+        # Rounds 1 and 2 grew the head's groups (2: a moved and a copied content read again);
+        # round 3 deleted a grouped content, so the whole graph decided.
+        assert grew == [True, True, False] and reports == [True, True], (grew, reports)
 
 
 @pytest.mark.parametrize("lines_at_once", [1 << 16, 7])

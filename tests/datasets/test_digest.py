@@ -76,9 +76,11 @@ def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head
     assert second is not None and second.samples == first.samples + 2
     assert reads == []  # every reused head leaf came from the digest
     _assert_digest_is_the_leaves(data, second.version_id)  # the delta commit's
-    # Only the head's digest is kept.
+    # Only the head's digest (and its near-duplicate groups) are kept.
     folder = digest.path_of(data, "pets", second.version_id).parent
-    assert [p.name for p in folder.iterdir()] == [f"{second.version_id}{digest.SUFFIX}"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        f"{second.version_id}{suffix}" for suffix in (digest.SUFFIX, ".neargroups")
+    ]
 
     _add_files(home, 3)  # a delta from a digest the delta commit wrote
     third = build("pets", workers=1, store=store)

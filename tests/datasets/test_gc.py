@@ -193,19 +193,23 @@ def test_gc_during_a_build_never_leaves_a_recorded_segment_without_its_folder(st
 
 
 def test_gc_sweeps_digests_of_versions_that_are_no_longer_a_head(store, home, caplog):
-    """A commit keeps only its new head's digest; one left behind (a head moved without a
-    commit, a crash before the sweep, a dataset the store forgot) is collected, old enough."""
+    """A commit keeps only its new head's digest and near-duplicate groups; one left behind (a
+    head moved without a commit, a crash before the sweep, a dataset the store forgot) is
+    collected, old enough."""
     from pipeline.datasets.build import run_build
     from pipeline.datasets.build.digest import path_of
     from pipeline.datasets.gc import collect
+    from pipeline.datasets.quality import neargroups
 
     data_root = home / "data"
     v1, v2, v3 = _three_versions(store, home)
     head = path_of(data_root, "pets", v3.version_id)
-    assert head.is_file()
+    head_groups = neargroups.path_of(data_root, "pets", v3.version_id)
+    assert head.is_file() and head_groups.is_file()
     folder = head.parent
     stale = [
         folder / f"{v1.version_id}.digest",  # a version no longer the head
+        folder / f"{v2.version_id}.neargroups",
         folder / f".{v3.version_id}.digest.4242.tmp",  # a killed write's temp file
         data_root / "digests" / "gone" / f"{'a' * 64}.digest",  # a dataset the store forgot
     ]
@@ -222,13 +226,18 @@ def test_gc_sweeps_digests_of_versions_that_are_no_longer_a_head(store, home, ca
     applied = collect(min_age_s=0, apply=True, store=store)
     assert sorted(r for r in applied.leftovers if r.startswith("digests/")) == want
     assert not any(p.exists() for p in stale)
-    assert head.is_file()  # the head's own digest stays
+    assert head.is_file() and head_groups.is_file()  # the head's own stay
     # ... and still serves the next delta commit.
     from tests.datasets.conftest import write_jpeg
 
     write_jpeg(home / "lake" / "pets" / "cat" / "later.jpg", seed=901)
     with caplog.at_level(logging.WARNING, logger="laketrain"):
         v4 = run_build("pets", workers=1, store=store).version
-    assert not [r for r in caplog.records if "digest" in r.getMessage()]  # no fallback
+    fallbacks = [
+        r for r in caplog.records if "digest" in r.getMessage() or "groups" in r.getMessage()
+    ]
+    assert not fallbacks
     assert v4.samples == v3.samples + 1
     assert path_of(data_root, "pets", v4.version_id).is_file() and not head.exists()
+    assert neargroups.path_of(data_root, "pets", v4.version_id).is_file()
+    assert not head_groups.exists()

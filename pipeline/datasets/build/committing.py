@@ -46,7 +46,7 @@ from pipeline.datasets.leases import (
     check_counted_on,
     released_after,
 )
-from pipeline.datasets.quality import at_commit
+from pipeline.datasets.quality import at_commit, neargroups
 from pipeline.datasets.queries import latest_committed
 from pipeline.datasets.segments import (
     clean_stale_temps,
@@ -309,6 +309,9 @@ def commit(
             # to name the version the head (a rollback leaves a digest nobody asks for).
             codes = delta.codes if delta is not None else chunks.codes_of(samples)
             digest.write(data_root, dataset, version_id, tree.leaves, codes)
+            near = assembled.near
+            if near.groups is not None:  # the next delta commit's starting groups
+                neargroups.write(data_root, dataset, version_id, tree.leaves, near.groups)
         return replace(_version_of(row), head_move=head.HEAD_PUBLISHED)
 
 

@@ -201,19 +201,19 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
     changes = gather(session, dataset, rh, since)
 
     head = HeadLookup(session, since.version_id)
-
-    def outside(graph) -> dict[str, str]:
-        return {e.md5: e.split for e in head.of(graph.contents() - changes.contents)}
-
-    near = neardup.prepare(
-        data_root, dataset, recipe, changes.files, changes.processed, changes.known_splits,
-        outside=outside,
-    )  # fmt: skip
-    samples, invalid, left_out = assemble_changes(recipe, changes, sidecar, near.splits)
     try:
         head_leaves = walk_leaves(data_root, prior.manifest["chunks"])
     except chunks.ChunkError as exc:
         raise Fallback(str(exc)) from None
+    near = neardup.prepare(
+        data_root, dataset, recipe, changes.files, changes.processed, changes.known_splits,
+        head=neardup.HeadNear(
+            groups=neardup.head_groups(data_root, dataset, recipe, since.version_id, head_leaves),
+            touched=changes.contents,
+            splits_of=lambda md5s: {e.md5: e.split for e in head.of(md5s)},
+        ),
+    )  # fmt: skip
+    samples, invalid, left_out = assemble_changes(recipe, changes, sidecar, near.splits)
     cutting = cut(
         data_root, head_leaves, leaf_edges(session, head_leaves), changes.affected, samples
     )

@@ -15,7 +15,8 @@ A digest is a cache. It is derived from immutable leaves, so it never goes stale
 after the version is published (a temp name, then a rename: never seen half-written), and
 checked before use: a crc32 over its bytes, its version id, and the head's leaf list read from
 the chunk tree. Missing or not matching, the commit reads the leaves as before, and nothing is
-lost but time. Only the newest head's digest is kept per dataset.
+lost but time. Only the newest head's digest (and its other caches, named
+``<version_id>.<kind>``) is kept per dataset.
 
 Layout: a first line of 8 hex digits, the crc32 of everything after it; then one JSON header
 line (``format``, ``version_id``, ``leaves``: [[hash, count], ...], ``labels``, ``n``); then
@@ -171,7 +172,8 @@ def write(
         # slower commit.
         os.replace(temp, path)
         for other in path.parent.iterdir():
-            if other != path:
+            # The head's other caches (<version_id>.<kind>: neargroups.py) are its own.
+            if other.name.split(".", 1)[0] != version_id:
                 other.unlink(missing_ok=True)
     except (OSError, ValueError) as exc:
         log.warning("%s: digest not written (%s)", path, exc)

@@ -18,6 +18,7 @@ import numpy as np
 from sqlalchemy import select
 
 from pipeline.datasets.quality.neardup import NearDupState, _segment_x, _take
+from pipeline.datasets.quality.neargroups import NearGroups, _isin, merged_entry
 from pipeline.datasets.quality.report import (
     LEAK_LABEL_CONFLICT,
     LEAK_NEAR_DUPLICATE,
@@ -85,16 +86,15 @@ def compute_report(
     report.val = report.samples - report.train
     report.files = view.paths + len({r["path"] for r in invalid})
     report.invalid = _invalid(invalid, parent, session)
-    # The contents held that need their samples listed (duplicated ones, those in a
-    # near-duplicate pair): only those get a per-content list.
+    # The duplicated contents need their samples listed (the near-duplicate groups ask for
+    # theirs: _near).
     duplicated = view.duplicated()
-    in_edges = view.present(state.graph().contents())
-    by_md5 = defaultdict(list, view.members(duplicated | in_edges))
+    by_md5 = defaultdict(list, view.members(duplicated))
     report.exact_duplicates = _exact({m: by_md5[m] for m in duplicated})
     report.label_conflicts, conflict_leaks = _label_conflicts(
         {m: by_md5[m] for m in duplicated}, state.kind
     )
-    report.near_duplicates, near_leaks = _near(state, by_md5, in_edges, processed)
+    report.near_duplicates, near_leaks = _near(state, view, by_md5, processed)
     listed = near_leaks + conflict_leaks
     report.leaks = Leaks(
         count=len(listed),
@@ -154,12 +154,52 @@ def _label_conflicts(by_md5: dict[str, list], kind: str) -> tuple[LabelConflicts
     return LabelConflicts(count=len(listed), listed=capped(listed)), leaks
 
 
-def _near(state: NearDupState, by_md5, present, processed) -> tuple[NearDuplicates, list[dict]]:
-    """Groups of the index's pairs among the contents the version holds; ``by_md5`` holds the
-    samples of every content in a pair."""
+def _near(state: NearDupState, view, known, processed) -> tuple[NearDuplicates, list[dict]]:
+    """The groups of the index's pairs among the contents the version holds: grown from the
+    head's (a delta commit whose head has them: neargroups.py), else found in the whole graph.
+    ``known``: samples of contents already asked for (the duplicated ones)."""
     out = NearDuplicates(threshold=state.threshold, kind=state.kind, new_samples=state.new_samples)
     if state.kind == "none":
         return out, []
+    groups = _grown(state, view) if state.growth is not None else None
+    if groups is not None:
+        entries = groups.entries
+    else:
+        found = _whole_graph(state, view, known, processed)
+        entries = [entry for _keys, entry, _splits in found]
+        # Kept for the next delta commit (images; a group left out of the report is not
+        # a group the next commit could grow exactly: then none is kept).
+        complete = state.kind == "image" and all(s is not None for _k, _e, s in found)
+        groups = NearGroups.of(state.threshold, found) if complete else None
+    state.groups = groups
+    leaks = [
+        {"kind": LEAK_NEAR_DUPLICATE, "paths": e["paths"], "splits": e["splits"]}
+        for e in entries
+        if len(e["splits"]) > 1
+    ]
+    ordered = sorted(entries, key=lambda g: (-g["size"], g["paths"]))
+    out.groups = len(ordered)
+    out.samples = sum(g["size"] for g in ordered)
+    out.listed = capped(ordered)
+    return out, leaks
+
+
+def _entry(kind: str, group: list) -> dict:
+    """A group's report entry from its samples."""
+    entry = {"paths": _paths(group)[:PATHS_CAP], "splits": sorted({s.split for s in group})}
+    entry["size"] = len(group)
+    if kind == "table":
+        entry["lines"] = sorted({(s.path, s.line) for s in group})[:PATHS_CAP]
+        entry["labels"] = sorted({str(s.label) for s in group if s.label is not None})
+    return entry
+
+
+def _whole_graph(state: NearDupState, view, known, processed) -> list[tuple]:
+    """(keys, entry, each key's split or None) of every group, in order of smallest key."""
+    graph = state.graph()
+    present = view.present(graph.contents())
+    by_md5 = {m: known[m] for m in present if m in known}
+    by_md5.update(view.members(present - by_md5.keys()))
     if state.kind == "image":
         members = by_md5
     else:  # a table row's key is md5:<row within its file>
@@ -167,28 +207,53 @@ def _near(state: NearDupState, by_md5, present, processed) -> tuple[NearDuplicat
         for md5, group in by_md5.items():
             for s in group:
                 members[f"{md5}:{s.row - processed[md5].row}"].append(s)
-    groups, leaks = [], []
-    for keys in state.graph().groups(present):
+    out = []
+    for keys in graph.groups(present):
         group = [s for k in keys for s in members.get(k, ())]
-        if len({k for k in keys if k in members}) < 2:
+        held = [k for k in keys if k in members]
+        if len(held) < 2:
             continue
-        splits = sorted({s.split for s in group})
-        entry = {
-            "paths": _paths(group)[:PATHS_CAP],
-            "splits": splits,
-            "size": len(group),
-        }
-        if state.kind == "table":
-            entry["lines"] = sorted({(s.path, s.line) for s in group})[:PATHS_CAP]
-            entry["labels"] = sorted({str(s.label) for s in group if s.label is not None})
-        groups.append(entry)
-        if len(splits) > 1:
-            leaks.append({"kind": LEAK_NEAR_DUPLICATE, "paths": entry["paths"], "splits": splits})
-    groups.sort(key=lambda g: (-g["size"], g["paths"]))
-    out.groups = len(groups)
-    out.samples = sum(g["size"] for g in groups)
-    out.listed = capped(groups)
-    return out, leaks
+        splits = [members[k][0].split for k in keys] if len(held) == len(keys) else None
+        out.append((keys, _entry(state.kind, group), splits))
+    return out
+
+
+def _grown(state: NearDupState, view) -> NearGroups | None:
+    """The version's groups from the head's and this commit's new edges (state.growth); None
+    when a content the growth counted on has no sample in the version (the whole graph then
+    decides)."""
+    growth = state.growth
+    head = growth.head
+    touched_gids = set(head.group[_isin(head.keys, growth.touched)].tolist())
+    head_members = head.members() if touched_gids else []
+    wanted = {k for comp in growth.components for k in comp.extra}
+    for comp in growth.components:
+        if touched_gids.intersection(comp.old):
+            wanted.update(k.decode() for gid in comp.old for k in head_members[gid])
+    for gid in touched_gids:
+        wanted.update(k.decode() for k in head_members[gid])
+    members = view.members(wanted)
+    if wanted - members.keys():
+        return None
+
+    def samples(keys) -> list:
+        return [s for k in sorted(keys) for s in members[k]]
+
+    entries: dict[int, dict] = {}
+    for ci, comp in enumerate(growth.components):
+        if touched_gids.intersection(comp.old):
+            keys = [k.decode() for gid in comp.old for k in head_members[gid]] + comp.extra
+            entries[ci] = _entry(state.kind, samples(keys))
+        else:
+            parts = [head.entries[gid] for gid in comp.old]
+            entries[ci] = merged_entry([*parts, _entry(state.kind, samples(comp.extra))], PATHS_CAP)
+    in_components = {gid for comp in growth.components for gid in comp.old}
+    replaced = {
+        gid: _entry(state.kind, samples(k.decode() for k in head_members[gid]))
+        for gid in touched_gids - in_components
+    }
+    extra_splits = {k: members[k][0].split for comp in growth.components for k in comp.extra}
+    return growth.apply(entries, extra_splits, replaced)
 
 
 def _class_counts(samples) -> dict[str, dict[str, int]]:

@@ -2,24 +2,29 @@
 
 ``prepare`` runs before the commit assembles its samples: it hashes the stored rows of the
 contents the parent version does not hold (images: phash.perceptual_hash, which process
-already computed into segment.json; tables: one exact hash per normalised row), adds them to the dataset's index (nearindex.py) and gets back every edge
-the index knows. A new image that is a near-duplicate of contents already in the version
-joins their split (``splits``, handed to assemble as known splits); a group of new contents
-only takes the split of its smallest md5. An existing content's split never changes: a new
-sample bridging two groups of different splits joins one of them, and the report names the
-group as a leak. Table rows keep the split process gave them (by row key); their groups are
-reported only.
+already computed into segment.json; tables: one exact hash per normalised row) and adds them
+to the dataset's index (nearindex.py), which returns the new edges; every edge the index
+knows is read only when the groups are found from the whole graph (a delta commit starts from
+its head's groups instead where it can: neargroups.py). A new image that is a near-duplicate
+of contents already in the version joins their split (``splits``, handed to assemble as known
+splits); a group of new contents only takes the split of its smallest md5. An existing
+content's split never changes: a new sample bridging two groups of different splits joins one
+of them, and the report names the group as a leak. Table rows keep the split process gave
+them (by row key); their groups are reported only.
 """
 
 from __future__ import annotations
 
 import binascii
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from pipeline.datasets.quality.neargroups import Growth, NearGroups, grow
+from pipeline.datasets.quality.neargroups import load as load_groups
 from pipeline.datasets.quality.nearindex import NearIndex, index_root
 from pipeline.datasets.quality.phash import MIN_SIDE, perceptual_hash, row_hashes
 from pipeline.metadata.datasets import SAMPLE_OK
@@ -39,16 +44,31 @@ def near_duplicate_distance(recipe) -> int:
 class NearDupState:
     kind: str  # image | table | none
     threshold: int
-    edges: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), "S32"))
     new_samples: int = 0  # hashes looked up by this commit
     splits: dict[str, str] = field(default_factory=dict)  # md5 -> split, for new md5s
+    # The delta commit's groups from the head's (neargroups.py), when they tell exactly.
+    growth: Growth | None = None
+    # The groups of the version (set by the report): written for the next delta commit.
+    groups: NearGroups | None = None
+    _edges: Callable[[], np.ndarray] | None = field(default=None, repr=False)
     _graph: EdgeGraph | None = field(default=None, repr=False)
 
     def graph(self) -> EdgeGraph:
-        """``edges`` as a graph, built on first use and kept (the edges never change)."""
+        """Every edge the index knows as a graph, read and built on first use and kept."""
         if self._graph is None:
-            self._graph = EdgeGraph(self.edges)
+            self._graph = EdgeGraph(
+                self._edges() if self._edges is not None else np.zeros((0, 2), "S32")
+            )
         return self._graph
+
+
+@dataclass
+class HeadNear:
+    """What a delta commit's near-duplicate step knows of its head."""
+
+    groups: NearGroups | None  # its groups file (neargroups.py), None when it has none
+    touched: set[str]  # the change set's contents (every md5 the affected paths had or have)
+    splits_of: Callable[[set[str]], dict[str, str]]  # the head's split of contents it holds
 
 
 def kind_of(recipe) -> str:
@@ -62,6 +82,13 @@ def index_ready(data_root: Path, dataset: str, recipe) -> bool:
     the recipe's index exists (else prepare hashes every content of the version, once)."""
     index = _index(data_root, dataset, recipe)
     return index is None or index.has_runs()
+
+
+def head_groups(data_root: Path, dataset: str, recipe, version_id: str, leaves):
+    """The head's near-duplicate groups file (neargroups.py), or None (none, or not images)."""
+    if kind_of(recipe) != "image":
+        return None
+    return load_groups(data_root, dataset, version_id, leaves, near_duplicate_distance(recipe))
 
 
 def _index(data_root: Path, dataset: str, recipe) -> NearIndex | None:
@@ -80,15 +107,14 @@ def prepare(
     files,
     processed,
     known_splits: dict[str, str],
-    outside=None,
+    head: HeadNear | None = None,
 ) -> NearDupState:
-    """``outside`` (the delta commit, whose ``files`` are only the changed ones): a function of
-    the edge graph giving the version's other contents in it, with their splits."""
+    """``head``: the delta commit's, whose ``files`` are only the changed ones."""
     index = _index(data_root, dataset, recipe)
     if index is None:
         return NearDupState("none", 0)
     kind = kind_of(recipe)
-    state = NearDupState(kind, index.threshold)
+    state = NearDupState(kind, index.threshold, _edges=index.edges)
     first_path: dict[str, str] = {}
     for path, md5, *_ in files:
         ps = processed.get(md5) if md5 else None
@@ -102,11 +128,21 @@ def prepare(
     to_hash = new if index.has_runs() else sorted(first_path)
     keys, hashes = _hash_new(data_root, recipe, kind, [processed[m] for m in to_hash])
     state.new_samples = len(keys)
-    state.edges, _ = index.add(keys, hashes)
-    if kind == "image" and new and not recipe.split.group_regex:
-        extra = outside(state.graph()) if outside is not None else {}
+    new_edges, fresh = index.insert(keys, hashes)
+    if head is not None and head.groups is not None and kind == "image" and fresh == len(keys):
+        # Every hashed content is new to the index, so every edge it adds is in new_edges.
+        state.growth = grow(
+            head.groups, new_edges, first_path, head.touched, known_splits, head.splits_of
+        )
+    splits_needed = kind == "image" and new and not recipe.split.group_regex
+    if state.growth is not None:
+        if splits_needed:
+            state.splits = state.growth.splits_for_new(new, first_path, recipe)
+    elif splits_needed:
+        graph = state.graph()
+        extra = head.splits_of(graph.contents() - head.touched) if head is not None else {}
         state.splits = _splits_for_new(
-            state.graph(), new, first_path, {**extra, **known_splits}, recipe, set(extra)
+            graph, new, first_path, {**extra, **known_splits}, recipe, set(extra)
         )
     return state
 

@@ -49,7 +49,9 @@ class Run:
         index = BandIndex(
             arr("hashes.npy"), threshold, [bandkeys[b] for b in range(len(bandkeys))], list(orders)
         )
-        return cls(folder, arr("keys.npy"), index, np.load(folder / "edges.npy"))
+        # Memory-mapped like the rest: a lookup reads none of a run's edges (a million pairs on
+        # photos that overlap), only ``edges()`` and a merge do.
+        return cls(folder, arr("keys.npy"), index, arr("edges.npy"))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -83,16 +85,20 @@ class NearIndex:
         return sorted(runs, key=lambda r: (-len(r), r.folder.name))
 
     def add(self, keys: list[str], hashes: np.ndarray) -> tuple[np.ndarray, int]:
-        """Look the new (key, hash)s up, record them as a run; return every edge the index knows
-        ((k, 2) S-bytes key pairs, smaller key first, each once but after a killed merge;
-        old runs' and new, in no particular order) and how many hashes were new to it."""
+        """``insert``, then every edge the index knows (``edges``)."""
+        _, fresh = self.insert(keys, hashes)
+        return self.edges(), fresh
+
+    def insert(self, keys: list[str], hashes: np.ndarray) -> tuple[np.ndarray, int]:
+        """Look the new (key, hash)s up and record them as a run; return the edges that run
+        holds ((k, 2) S-bytes key pairs, smaller key first: each has a key new to the index)
+        and how many hashes were new to it."""
         keys_b = _as_bytes(keys)
         hashes = np.asarray(hashes, dtype=np.uint64)
         self._clean_temps()
-        runs = self.runs()
         known = np.zeros(len(keys_b), dtype=bool)
         new_edges: list[np.ndarray] = []
-        for run in runs:
+        for run in self.runs():
             pairs = query_pairs(hashes, run.index, self.threshold)
             if not len(pairs):
                 continue
@@ -115,14 +121,19 @@ class NearIndex:
         if fresh.any():
             self._write(keys_b[fresh], hashes[fresh], edges)
             self._merge()
-        # Each run's edges are unique, and no two runs hold the same edge (it is recorded by
-        # the run that added the later of its keys; a merge keeps one of each): the union is
-        # their concatenation. Sorting it again was most of a commit on photos that overlap.
-        # (A merge killed before it removed its inputs leaves an edge twice until the next
-        # merge: harmless, the groups are the same.)
-        parts = [run.edges for run in runs if len(run.edges)] + [edges]
-        every = np.concatenate(parts) if len(parts) > 1 else edges
-        return every, int(fresh.sum())
+        return edges, int(fresh.sum())
+
+    def edges(self) -> np.ndarray:
+        """Every edge the index knows, in no particular order. Each run's edges are unique,
+        and no two runs hold the same edge (it is recorded by the run that added the later of
+        its keys; a merge keeps one of each): the union is their concatenation. Sorting it
+        again was most of a commit on photos that overlap. (A merge killed before it removed
+        its inputs leaves an edge twice until the next merge: harmless, the groups are the
+        same.)"""
+        parts = [run.edges for run in self.runs() if len(run.edges)]
+        if not parts:
+            return np.zeros((0, 2), dtype="S32")
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def _clean_temps(self) -> None:
         """A temp folder here is a killed commit's: commits of the dataset hold its lock row
