@@ -199,8 +199,10 @@ def grow(
         return None
     ends = np.unique(new_edges.ravel()) if len(new_edges) else np.zeros(0, "S32")
     loose = [k.decode() for k in ends[~_isin(ends, head.keys)]]
-    outside = head_splits({k for k in loose if k not in touched})
-    present = {k for k in loose if (k in first_path if k in touched else k in outside)}
+    # A key of the change set is in the version if a file holds it now; another, if the head
+    # holds it (it is unchanged).
+    outside = head_splits({k for k in loose if k not in touched and k not in first_path})
+    present = {k for k in loose if k in first_path or (k not in touched and k in outside)}
     extra_splits = {k: known_splits[k] for k in present if k in known_splits}
     extra_splits.update({k: outside[k] for k in present if k in outside})
     # Nodes: the head's groups 0..G-1, then the loose keys present, in key order.
