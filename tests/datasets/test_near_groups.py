@@ -180,7 +180,7 @@ def test_the_file_round_trips_and_refuses_damage(tmp_path, caplog) -> None:
     assert sum("another version's" in r.getMessage() for r in caplog.records) == 3
     assert neargroups.load(tmp_path, "pets", "v1", leaves, 4) is None  # missing: silent
 
-    raw = neargroups.encode("v1", leaves, groups)
+    raw = b"".join(neargroups.encode("v1", leaves, groups))
     neargroups.decode(raw)
     flipped = bytearray(raw)
     flipped[len(raw) // 2] ^= 0x01

@@ -18,10 +18,10 @@ the chunk tree. Missing or not matching, the commit reads the leaves as before, 
 lost but time. Only the newest head's digest (and its other caches, named
 ``<version_id>.<kind>``) is kept per dataset.
 
-Layout: a first line of 8 hex digits, the crc32 of everything after it; then one JSON header
-line (``format``, ``version_id``, ``leaves``: [[hash, count], ...], ``labels``, ``n``); then
-the raw arrays ``label`` int32 (into ``labels``, -1: none), ``split`` int8 (1 = val), ``md5``
-S32, each of ``n`` rows.
+Layout (cachefile.py's frame): a crc32 line; one JSON header line (``format``,
+``version_id``, ``leaves``: [[hash, count], ...], ``labels``, ``n``); then the raw arrays
+``label`` int32 (into ``labels``, -1: none), ``split`` int8 (1 = val), ``md5`` S32, each of
+``n`` rows.
 
 The crc32 catches a torn or damaged file, not a deliberate edit: unlike a leaf index, checked
 against the sha256 its node lists, a digest is trusted like the store's rows.
@@ -29,16 +29,12 @@ against the sha256 its node lists, a digest is trusted like the store's rows.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from pipeline.datasets import cachefile
 from pipeline.datasets.chunks import LeafRef
 
 log = logging.getLogger("laketrain.build")
@@ -81,9 +77,9 @@ def path_of(data_root: Path, dataset: str, version_id: str) -> Path:
 
 
 def _parts(version_id: str, leaves: Sequence[LeafRef], codes: dict) -> list:
-    """The digest's bytes in parts, the arrays as views of ``codes``: write() streams them,
-    as a copy of a million samples' codes, joined, at the end of a full commit (its memory's
-    peak) added ~80 MB to it."""
+    """The digest's bytes in parts, the arrays as views of ``codes``: as a copy of a million
+    samples' codes, joined, at the end of a full commit (its memory's peak) they added ~80 MB
+    to it."""
     header = {
         "format": _FORMAT,
         "version_id": version_id,
@@ -91,37 +87,18 @@ def _parts(version_id: str, leaves: Sequence[LeafRef], codes: dict) -> list:
         "labels": list(codes["labels"]),
         "n": int(codes["n"]),
     }
-    body = [json.dumps(header, sort_keys=True).encode() + b"\n"] + [
-        memoryview(np.ascontiguousarray(codes[name], dtype)).cast("B") for name, dtype in _FIELDS
-    ]
-    crc = 0
-    for part in body:
-        crc = zlib.crc32(part, crc)
-    return [b"%08x\n" % crc, *body]
+    return cachefile.frame(header, [(codes[name], dtype) for name, dtype in _FIELDS])
 
 
 def decode(raw: bytes) -> Digest:
     """The digest in ``raw``; ValueError when it is not a whole digest of this format."""
-    if len(raw) < 9 or raw[8:9] != b"\n" or int(raw[:8], 16) != zlib.crc32(raw[9:]):
-        raise ValueError("checksum does not match")
-    cut = raw.index(b"\n", 9)
-    header = json.loads(raw[9:cut])
-    if not isinstance(header, dict) or header.get("format") != _FORMAT:
-        raise ValueError(f"not a digest of format {_FORMAT}")
+    header, arrays = cachefile.unframe(raw, _FORMAT, [dtype for _name, dtype in _FIELDS])
     n = int(header["n"])
     leaves = [(str(h), int(count)) for h, count in header["leaves"]]
-    if n < 0 or any(count < 0 for _h, count in leaves) or sum(c for _h, c in leaves) != n:
+    if any(count < 0 for _h, count in leaves) or sum(c for _h, c in leaves) != n:
         raise ValueError("its leaves do not add up to its rows")
     codes: dict = {"labels": list(header["labels"]), "n": n}
-    offset = cut + 1
-    for name, dtype in _FIELDS:
-        size = np.dtype(dtype).itemsize * n
-        if offset + size > len(raw):
-            raise ValueError("truncated")
-        codes[name] = np.frombuffer(raw, dtype=dtype, count=n, offset=offset)
-        offset += size
-    if offset != len(raw):
-        raise ValueError("bytes after its arrays")
+    codes.update({name: a for (name, _dtype), a in zip(_FIELDS, arrays, strict=True)})
     return Digest(str(header["version_id"]), leaves, codes)
 
 
@@ -132,12 +109,8 @@ def load(
     tree), or None: none there, damaged, or not this tree (each logged; the caller reads the
     leaves instead)."""
     path = path_of(data_root, dataset, version_id)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        log.warning("%s: unreadable digest, reading the leaves (%s)", path, exc)
+    raw = cachefile.read(path, "digest, reading the leaves")
+    if raw is None:
         return None
     try:
         digest = decode(raw)
@@ -160,20 +133,15 @@ def write(
     """Write the digest of the version just made the head and drop the dataset's others. A
     cache: a failure is logged, never raised (the next commit reads the leaves instead)."""
     path = path_of(data_root, dataset, version_id)
+    if sum(leaf.count for leaf in leaves) != codes["n"]:
+        log.warning("%s: digest not written (the leaves do not add up to the codes)", path)
+        return
+    if not cachefile.write(path, _parts(version_id, leaves, codes), "digest"):
+        return
     try:
-        if sum(leaf.count for leaf in leaves) != codes["n"]:
-            raise ValueError("the leaves do not add up to the codes")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(temp, "wb") as fh:
-            for part in _parts(version_id, leaves, codes):
-                fh.write(part)
-        # No fsync: a digest a crash leaves empty or torn fails its crc32, and costs only a
-        # slower commit.
-        os.replace(temp, path)
         for other in path.parent.iterdir():
             # The head's other caches (<version_id>.<kind>: neargroups.py) are its own.
             if other.name.split(".", 1)[0] != version_id:
                 other.unlink(missing_ok=True)
-    except (OSError, ValueError) as exc:
-        log.warning("%s: digest not written (%s)", path, exc)
+    except OSError as exc:
+        log.warning("%s: other heads' caches not removed (%s)", path.parent, exc)

@@ -21,21 +21,17 @@ as before: no groups file (the first commit after an upgrade, or a head moved by
 damaged or foreign one, a content indexed before that comes back (its old edges are not in
 the new ones), or a grouped content that leaves the version (a group may split).
 
-Layout, like the head's digest (build/digest.py) and beside it, checked the same way: a first
-line of 8 hex digits, the crc32 of everything after it; one JSON header line (``format``,
-``version_id``, ``leaves`` (sha256 of the head's leaf list), ``threshold``, ``splits``,
-``n``, ``entries``); then the raw arrays ``key`` S32, ``group`` int32, ``split`` int8, each
-of ``n`` rows, ``key`` sorted. A cache: written after the version is published, missing or
-damaged costs only time.
+Layout, like the head's digest (build/digest.py) and beside it, in the same frame
+(datasets/cachefile.py): a crc32 line; one JSON header line (``format``, ``version_id``,
+``leaves`` (sha256 of the head's leaf list), ``threshold``, ``splits``, ``n``, ``entries``);
+then the raw arrays ``key`` S32, ``group`` int32, ``split`` int8, each of ``n`` rows, ``key``
+sorted. A cache: written after the version is published, missing or damaged costs only time.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
-import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,11 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.datasets import cachefile
+
 log = logging.getLogger("laketrain.build")
 
 SUFFIX = ".neargroups"
 _FORMAT = 1
-_FIELDS = (("key", "S32"), ("group", "<i4"), ("split", "i1"))
+_DTYPES = ("S32", "<i4", "i1")  # key, group, split
 
 
 @dataclass
@@ -274,7 +272,7 @@ def path_of(data_root: Path, dataset: str, version_id: str) -> Path:
     return Path(data_root) / DIGESTS_DIR / dataset / f"{version_id}{SUFFIX}"
 
 
-def encode(version_id: str, leaves, groups: NearGroups) -> bytes:
+def encode(version_id: str, leaves, groups: NearGroups) -> list:
     header = {
         "format": _FORMAT,
         "version_id": version_id,
@@ -285,37 +283,15 @@ def encode(version_id: str, leaves, groups: NearGroups) -> bytes:
         "entries": groups.entries,
     }
     arrays = (groups.keys, groups.group, groups.split)
-    body = json.dumps(header, sort_keys=True).encode() + b"\n"
-    body += b"".join(
-        np.ascontiguousarray(a, dtype).tobytes()
-        for a, (_n, dtype) in zip(arrays, _FIELDS, strict=True)
-    )
-    return b"%08x\n" % zlib.crc32(body) + body
+    return cachefile.frame(header, list(zip(arrays, _DTYPES, strict=True)))
 
 
 def decode(raw: bytes) -> tuple[dict, NearGroups]:
     """(header, groups) in ``raw``; ValueError when it is not a whole file of this format."""
-    if len(raw) < 9 or raw[8:9] != b"\n" or int(raw[:8], 16) != zlib.crc32(raw[9:]):
-        raise ValueError("checksum does not match")
-    cut = raw.index(b"\n", 9)
-    header = json.loads(raw[9:cut])
-    if not isinstance(header, dict) or header.get("format") != _FORMAT:
-        raise ValueError(f"not a groups file of format {_FORMAT}")
-    n = int(header["n"])
-    arrays = []
-    offset = cut + 1
-    for _name, dtype in _FIELDS:
-        size = np.dtype(dtype).itemsize * n
-        if n < 0 or offset + size > len(raw):
-            raise ValueError("truncated")
-        arrays.append(np.frombuffer(raw, dtype=dtype, count=n, offset=offset))
-        offset += size
-    if offset != len(raw):
-        raise ValueError("bytes after its arrays")
-    keys, group, split = arrays
+    header, (keys, group, split) = cachefile.unframe(raw, _FORMAT, _DTYPES)
     entries = list(header["entries"])
     splits = [str(s) for s in header["splits"]]
-    if n and (
+    if len(keys) and (
         bool(np.any(keys[1:] <= keys[:-1]))
         or int(group.min()) < 0
         or int(group.max()) >= len(entries)
@@ -332,12 +308,8 @@ def load(
     """The groups written for head ``version_id`` with these leaves and distance, or None (none
     there, damaged or another's: logged, and the commit takes the whole-graph path)."""
     path = path_of(data_root, dataset, version_id)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        log.warning("%s: unreadable near-duplicate groups, using the whole graph (%s)", path, exc)
+    raw = cachefile.read(path, "near-duplicate groups, using the whole graph")
+    if raw is None:
         return None
     try:
         header, groups = decode(raw)
@@ -358,10 +330,4 @@ def write(data_root: Path, dataset: str, version_id: str, leaves, groups: NearGr
     """Write the groups of the version just made the head (after its digest, whose write
     drops the dataset's other heads' files). A cache: a failure is logged, never raised."""
     path = path_of(data_root, dataset, version_id)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temp.write_bytes(encode(version_id, leaves, groups))
-        os.replace(temp, path)  # no fsync: a torn file fails its crc32
-    except OSError as exc:
-        log.warning("%s: near-duplicate groups not written (%s)", path, exc)
+    cachefile.write(path, encode(version_id, leaves, groups), "near-duplicate groups")
