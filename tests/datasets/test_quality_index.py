@@ -81,6 +81,25 @@ def test_the_index_fed_in_steps_knows_the_same_edges_as_one_full_pass(tmp_path):
     assert len(edges_again) == len(full)
 
 
+def test_a_merge_after_a_killed_merge_keeps_each_edge_once(tmp_path):
+    """A merge killed after writing its output but before removing its inputs leaves runs
+    that share keys (and edges): the next merge must not keep an edge twice, while merges of
+    runs with no key in common concatenate their edges as they are."""
+    import shutil
+
+    h = _hashes(2000, seed=3, planted=300)
+    keys = [f"{i:032x}" for i in range(len(h))]
+    full, _ = NearIndex(tmp_path / "full", 4).add(keys, h)
+    index = NearIndex(tmp_path / "steps", 4)
+    index.add(keys[1000:], h[1000:])  # the planted copies and many of their originals
+    (left,) = index.runs()
+    assert len(left.edges)
+    shutil.copytree(left.folder, left.folder.with_name("f" * 32))  # the killed merge's input
+    edges, new = index.add(keys[:1000], h[:1000])
+    assert new == 1000 and len(index.runs()) == 1
+    assert sorted(map(tuple, edges.tolist())) == sorted(map(tuple, full.tolist()))
+
+
 def test_report_round_trips_through_json_and_names_metrics_like_the_rules():
     report = QualityReport(samples=90, train=70, val=20, files=100)
     report.invalid.count = 10

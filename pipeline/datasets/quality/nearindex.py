@@ -181,12 +181,27 @@ class NearIndex:
             a, b = runs[-2], runs[-1]
             keys = np.concatenate([np.asarray(a.keys), np.asarray(b.keys)])
             hashes = np.concatenate([np.asarray(a.index.hashes), np.asarray(b.index.hashes)])
+            edges = np.concatenate([a.edges, b.edges])
+            if _overlap(np.asarray(a.keys), np.asarray(b.keys)):
+                # Only a merge killed before it removed its inputs leaves two runs sharing
+                # keys, and so edges. Otherwise each edge is in the run of the later of its
+                # keys, so the two runs' edges are disjoint: sorting ~1M 64-byte pairs again
+                # was most of a commit that merged.
+                edges = _sorted_edges(edges)
             keys, first = np.unique(keys, return_index=True)
-            edges = _sorted_edges(np.concatenate([a.edges, b.edges]))
             merged = self._write(keys, hashes[first], edges)
             for run in (a, b):
                 if run.folder != merged:
                     shutil.rmtree(run.folder, ignore_errors=True)
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two runs' keys (each sorted: _write sorts them) share one."""
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    if not len(small):
+        return False
+    at = np.minimum(np.searchsorted(large, small), len(large) - 1)
+    return bool(np.any(large[at] == small))
 
 
 def _sorted_edges(edges: np.ndarray | None) -> np.ndarray:
