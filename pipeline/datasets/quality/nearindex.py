@@ -98,7 +98,8 @@ class NearIndex:
         self._clean_temps()
         known = np.zeros(len(keys_b), dtype=bool)
         new_edges: list[np.ndarray] = []
-        for run in self.runs():
+        runs = self.runs()
+        for run in runs:
             pairs = query_pairs(hashes, run.index, self.threshold)
             if not len(pairs):
                 continue
@@ -119,8 +120,8 @@ class NearIndex:
             keep = np.isin(edges[:, 0], fresh_keys) | np.isin(edges[:, 1], fresh_keys)
             edges = edges[keep]
         if fresh.any():
-            self._write(keys_b[fresh], hashes[fresh], edges)
-            self._merge()
+            written = self._write(keys_b[fresh], hashes[fresh], edges)
+            self._merge(_with(runs, Run.load(written, self.threshold)))
         return edges, int(fresh.sum())
 
     def edges(self) -> np.ndarray:
@@ -172,10 +173,11 @@ class NearIndex:
                 raise
         return final
 
-    def _merge(self) -> None:
-        """Merge the two smallest runs while the smaller is at least half the other."""
+    def _merge(self, runs: list[Run]) -> None:
+        """Merge the two smallest of ``runs`` (every run, largest first, as ``runs()`` orders
+        them; kept up to date here rather than read again from disk) while the smaller is at
+        least half the other."""
         while True:
-            runs = self.runs()
             if len(runs) < 2 or 2 * len(runs[-1]) < len(runs[-2]):
                 return
             a, b = runs[-2], runs[-1]
@@ -193,6 +195,13 @@ class NearIndex:
             for run in (a, b):
                 if run.folder != merged:
                     shutil.rmtree(run.folder, ignore_errors=True)
+            runs = _with(runs[:-2], Run.load(merged, self.threshold))
+
+
+def _with(runs: list[Run], run: Run) -> list[Run]:
+    """``runs`` with ``run`` among them (once), in ``NearIndex.runs()`` order."""
+    others = [r for r in runs if r.folder != run.folder]
+    return sorted([*others, run], key=lambda r: (-len(r), r.folder.name))
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
