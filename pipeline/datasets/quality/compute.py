@@ -18,7 +18,7 @@ import numpy as np
 from sqlalchemy import select
 
 from pipeline.datasets.quality.neardup import NearDupState, _segment_x, _take
-from pipeline.datasets.quality.neargroups import NearGroups, _isin, merged_entry
+from pipeline.datasets.quality.neargroups import NearGroups, keys_in, merged_entry
 from pipeline.datasets.quality.report import (
     LEAK_LABEL_CONFLICT,
     LEAK_NEAR_DUPLICATE,
@@ -224,7 +224,7 @@ def _grown(state: NearDupState, view) -> NearGroups | None:
     decides)."""
     growth = state.growth
     head = growth.head
-    touched_gids = set(head.group[_isin(head.keys, growth.touched)].tolist())
+    touched_gids = set(head.group[keys_in(head.keys, growth.touched)].tolist())
     head_members = head.members() if touched_gids else []
     wanted = {k for comp in growth.components for k in comp.extra}
     for comp in growth.components:

@@ -192,11 +192,11 @@ def grow(
     ``first_path``: the change set's contents in the new version; ``known_splits``: the head's
     split of the change set's contents; ``head_splits``: the head's split of contents outside
     the change set (those it holds)."""
-    grouped_touched = {k.decode() for k in head.keys[_isin(head.keys, touched)]}
+    grouped_touched = {k.decode() for k in head.keys[keys_in(head.keys, touched)]}
     if grouped_touched - first_path.keys():
         return None
     ends = np.unique(new_edges.ravel()) if len(new_edges) else np.zeros(0, "S32")
-    loose = [k.decode() for k in ends[~_isin(ends, head.keys)]]
+    loose = [k.decode() for k in ends[~keys_in(ends, head.keys)]]
     # A key of the change set is in the version if a file holds it now; another, if the head
     # holds it (it is unchanged).
     outside = head_splits({k for k in loose if k not in touched and k not in first_path})
@@ -238,7 +238,7 @@ def grow(
     return Growth(head, list(by_root.values()), set(touched), extra_splits)
 
 
-def _isin(keys: np.ndarray, wanted: set[str] | np.ndarray) -> np.ndarray:
+def keys_in(keys: np.ndarray, wanted: set[str] | np.ndarray) -> np.ndarray:
     """Which of ``keys`` (S32) are in ``wanted`` (strs, or S32 keys)."""
     if not isinstance(wanted, np.ndarray):
         wanted = np.asarray(sorted(wanted), dtype="S32")
