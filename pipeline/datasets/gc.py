@@ -115,11 +115,11 @@ def _plan(session: Session, data_root: Path, keep_last: int | None, min_age_s: f
         ),
     )
     plan = _plan_files(session, data_root, plan, known, leased, now, min_age_s)
-    plan.leftovers += _stale_digests(data_root, heads, now, min_age_s)
+    plan.leftovers += stale_head_caches(data_root, heads, now, min_age_s)
     return plan
 
 
-def _stale_digests(data_root: Path, heads: set[str], now: float, min_age_s: float) -> list[str]:
+def stale_head_caches(data_root: Path, heads: set[str], now: float, min_age_s: float) -> list[str]:
     """Digest files, a head's other caches (``<version_id>.<kind>``: its near-duplicate
     groups) and temp files under DATA_ROOT/digests/ that name no kept head: a commit keeps
     only its new head's, but a head moved without a commit (a rollback, an approval) or a

@@ -12,7 +12,9 @@ is for a shared folder.
 ``apply`` takes every dataset's lock row and the work root's segments guard, drops the rows
 first, then deletes the objects: of a version, its manifest first, so a version being deleted
 is never visible half-gone; a crash in between leaves unrecorded objects, which the next gc
-collects as leftovers. A dry run (the default) deletes nothing.
+collects as leftovers. The head caches a build keeps in this machine's work root (each head's
+digest and near-duplicate groups, ``digests/``) are swept by the folder's rule
+(``gc.stale_head_caches``), locally. A dry run (the default) deletes nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets import remote_files
 from pipeline.datasets.chunkpack import PACK_SUFFIX
 from pipeline.datasets.dataroot import work_root_of
-from pipeline.datasets.gc import GcPlan, drop_rows, plan_recorded_segments, plan_versions
+from pipeline.datasets.gc import (
+    GcPlan,
+    drop_rows,
+    plan_recorded_segments,
+    plan_versions,
+    stale_head_caches,
+)
 from pipeline.datasets.gc_chunks import plan_chunks
 from pipeline.datasets.leases import leased_segments
 from pipeline.datasets.publish import s3_store
@@ -124,7 +132,8 @@ def _heads(session, remote: str, listing: Listing) -> set[str]:
 
 def plan(session, remote: str, keep_last: int | None, min_age_s: float) -> GcPlan:
     listing = Listing(remote)
-    result, kept_segments = plan_versions(session, _heads(session, remote, listing), keep_last)
+    heads = _heads(session, remote, listing)
+    result, kept_segments = plan_versions(session, heads, keep_last)
     now = time.time()
     leased = leased_segments(work_root_of(remote))
     seg_folders = listing.folders("segments", depth=2)
@@ -169,6 +178,8 @@ def plan(session, remote: str, keep_last: int | None, min_age_s: float) -> GcPla
         remote=listing,
     )
     result.bytes += sum(c["bytes"] for c in result.chunks)
+    # The head caches a build keeps in the local work root (digests/: gc.stale_head_caches).
+    result.leftovers += stale_head_caches(work_root_of(remote), heads, now, min_age_s)
     return result
 
 
@@ -190,6 +201,8 @@ def collect(
     if not apply:
         with store.session() as session:
             return plan(session, remote, keep_last, min_age_s)
+    from pipeline.datasets.build.digest import DIGESTS_DIR
+
     with segments_guard(work_root_of(remote), exclusive=True):
         with store.session() as session:
             session.execute(update(DatasetLock).values(holder="gc", since=utcnow()))
@@ -199,7 +212,10 @@ def collect(
         for v in result.versions:
             _delete_version(remote, v["path"])
         for rel in result.leftovers:
-            _delete_version(remote, rel)
+            if rel.startswith(f"{DIGESTS_DIR}/"):  # a local cache file, not a remote folder
+                (work_root_of(remote) / rel).unlink(missing_ok=True)
+            else:
+                _delete_version(remote, rel)
         for s in result.segments:
             s3.delete_prefix(join(remote, s["path"]))
         urls = [

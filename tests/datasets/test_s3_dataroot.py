@@ -111,18 +111,28 @@ def test_diff_and_contains_answer_for_an_s3_data_root(s3_root, lt_env, store):
 def test_gc_on_an_s3_data_root_is_a_dry_run_by_default_then_deletes_by_the_same_rules(
     s3_root, lt_env, store, moto_server, monkeypatch
 ):
+    from pipeline.datasets.build import digest
+    from pipeline.datasets.dataroot import work_root_of
     from pipeline.datasets.gc import collect
+    from pipeline.datasets.quality import neargroups
     from pipeline.datasets.reader import open_version
 
     v1, v2, v3 = _three_versions(lt_env)
     # A killed build's upload that no version names: a leftover segment.
     stray = "data/segments/" + "a" * 64 + "/" + "b" * 64 + "/x.npy"
     moto_server.client.put_object(Bucket=moto_server.bucket, Key=stray, Body=b"x" * 100)
+    # The work root's head caches: the head's, and one a head moved without a commit left.
+    work = work_root_of(s3_root)
+    head_caches = [m.path_of(work, "pets", v3.version_id) for m in (digest, neargroups)]
+    assert all(p.is_file() for p in head_caches)
+    stale = neargroups.path_of(work, "pets", v1.version_id)
+    stale.write_bytes(head_caches[1].read_bytes())
     before = moto_server.keys()
     dry = collect(keep_last=1, min_age_s=0, store=store)
     assert not dry.applied
     assert {v["version_id"] for v in dry.versions} == {v1.version_id, v2.version_id}
-    assert moto_server.keys() == before  # a dry run deletes nothing
+    assert [r for r in dry.leftovers if r.startswith("digests/")] == [str(stale.relative_to(work))]
+    assert moto_server.keys() == before and stale.is_file()  # a dry run deletes nothing
     young = collect(keep_last=1, store=store)  # default min age: the new objects stay
     assert not young.segments and not young.leftovers
 
@@ -132,6 +142,7 @@ def test_gc_on_an_s3_data_root_is_a_dry_run_by_default_then_deletes_by_the_same_
     for v in (v1, v2):
         assert not [k for k in after if f"/{v.version_id}/" in k]
     assert stray not in after
+    assert not stale.exists() and all(p.is_file() for p in head_caches)
     assert f"data/datasets/pets/{v3.version_id}/manifest.json" in after
     # Everything the kept head needs is still there: it opens, from a fresh cache.
     monkeypatch.setenv("LAKETRAIN_CACHE_DIR", str(lt_env / "cache-after-gc"))
