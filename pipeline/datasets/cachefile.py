@@ -1,5 +1,10 @@
-"""The frame of the head's cache files (its digest: digest.py; its near-duplicate groups:
-quality/neargroups.py), one owner for how they are laid out, checked, read and written.
+"""The head's cache files (its digest: build/digest.py; its near-duplicate groups:
+quality/neargroups.py): one owner for where they live, how they are laid out, checked, read
+and written, and which are kept.
+
+``DATA_ROOT/digests/<dataset>/<version_id>.<kind>``: a dataset's folder holds one head's
+caches; writing one removes the files of any other version there (a head moved without a
+commit, by rollback or approval, leaves its files to gc: ``gc.stale_head_caches``).
 
 A first line of 8 hex digits, the crc32 of everything after it; one JSON header line (which
 names the file's ``format`` and its row count ``n``); then raw arrays of ``n`` rows each, in
@@ -20,6 +25,17 @@ from pathlib import Path
 import numpy as np
 
 log = logging.getLogger("laketrain.build")
+
+CACHE_DIR = "digests"
+
+
+def path_of(data_root: Path, dataset: str, version_id: str, suffix: str) -> Path:
+    return Path(data_root) / CACHE_DIR / dataset / f"{version_id}{suffix}"
+
+
+def head_of(name: str) -> str:
+    """The version a cache file's name belongs to ("" for a temp file)."""
+    return "" if name.startswith(".") else name.split(".", 1)[0]
 
 
 def frame(header: dict, arrays: Sequence[tuple[np.ndarray, str]]) -> list:
@@ -69,8 +85,9 @@ def read(path: Path, what: str) -> bytes | None:
         return None
 
 
-def write(path: Path, parts: list, what: str) -> bool:
-    """Write ``parts`` at ``path`` by a rename; a failure is logged, never raised."""
+def write(path: Path, parts: list, what: str) -> None:
+    """Write ``parts`` at ``path`` (a ``path_of``) by a rename, then drop the files of other
+    versions beside it. A cache: a failure is logged, never raised."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -78,7 +95,13 @@ def write(path: Path, parts: list, what: str) -> bool:
             for part in parts:
                 fh.write(part)
         os.replace(temp, path)
-        return True
     except OSError as exc:
         log.warning("%s: %s not written (%s)", path, what, exc)
-        return False
+        return
+    head = head_of(path.name)
+    try:
+        for other in path.parent.iterdir():
+            if head_of(other.name) != head:
+                other.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("%s: other heads' caches not removed (%s)", path.parent, exc)

@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import delete, inspect, select, text, update
 from sqlalchemy.orm import Session
 
+from pipeline.datasets import cachefile
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import delete_processed_for_segments
 from pipeline.datasets.gc_chunks import delete_chunks, plan_chunks, remove_chunk_files
@@ -124,15 +125,13 @@ def stale_head_caches(data_root: Path, heads: set[str], now: float, min_age_s: f
     groups) and temp files under DATA_ROOT/digests/ that name no kept head: a commit keeps
     only its new head's, but a head moved without a commit (a rollback, an approval) or a
     dataset gone from the store leaves them behind (~37 bytes a sample)."""
-    from pipeline.datasets.build.digest import DIGESTS_DIR
-
-    root = data_root / DIGESTS_DIR
+    root = data_root / cachefile.CACHE_DIR
     stale: list[str] = []
     for ds_dir in sorted(root.iterdir()) if root.is_dir() else []:
         for path in sorted(ds_dir.iterdir()) if ds_dir.is_dir() else []:
-            kept = not path.name.startswith(".") and path.name.split(".", 1)[0] in heads
+            kept = cachefile.head_of(path.name) in heads
             if path.is_file() and not kept and _old(path, now, min_age_s):
-                stale.append(f"{DIGESTS_DIR}/{ds_dir.name}/{path.name}")
+                stale.append(f"{cachefile.CACHE_DIR}/{ds_dir.name}/{path.name}")
     return stale
 
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from pipeline.datasets import cachefile, remote_files
 from pipeline.datasets import chunks as ch
 from pipeline.datasets import manifest as mf
-from pipeline.datasets import remote_files
 from pipeline.datasets.chunkpack import PACK_SUFFIX
 from pipeline.datasets.dataroot import work_root_of
 from pipeline.datasets.gc import (
@@ -201,8 +201,6 @@ def collect(
     if not apply:
         with store.session() as session:
             return plan(session, remote, keep_last, min_age_s)
-    from pipeline.datasets.build.digest import DIGESTS_DIR
-
     with segments_guard(work_root_of(remote), exclusive=True):
         with store.session() as session:
             session.execute(update(DatasetLock).values(holder="gc", since=utcnow()))
@@ -212,7 +210,7 @@ def collect(
         for v in result.versions:
             _delete_version(remote, v["path"])
         for rel in result.leftovers:
-            if rel.startswith(f"{DIGESTS_DIR}/"):  # a local cache file, not a remote folder
+            if rel.startswith(f"{cachefile.CACHE_DIR}/"):  # a local cache file, not a remote folder
                 (work_root_of(remote) / rel).unlink(missing_ok=True)
             else:
                 _delete_version(remote, rel)

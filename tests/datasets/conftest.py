@@ -30,6 +30,16 @@ def write_jpeg(path: Path, seed: int, size: tuple[int, int] = (24, 20)) -> Path:
     return path
 
 
+def write_near_copy(src: Path, dst: Path) -> Path:
+    """The picture at ``src`` with one pixel nudged, as a PNG: other bytes, a near-duplicate
+    (the same ``src`` always gives the same bytes)."""
+    pixels = np.asarray(Image.open(src).convert("RGB")).copy()
+    pixels[0, 0] = (pixels[0, 0].astype(int) + 9) % 256
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(dst, format="PNG")
+    return dst
+
+
 def write_recipe(home: Path, dataset: str, text: str = SMALL_IMAGE_RECIPE) -> Path:
     path = home / "recipes" / f"{dataset}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,20 +18,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
-from tests.datasets.conftest import SMALL_IMAGE_RECIPE, write_jpeg, write_recipe
+from tests.datasets.conftest import SMALL_IMAGE_RECIPE, write_jpeg, write_near_copy, write_recipe
 
 CLASSES = ("cat", "dog", "emu")
 AUGMENT = '\n[augment]\ncopies = 2\nops = ["hflip"]\n'
-
-
-def _near_copy(src: Path, dst: Path) -> None:
-    """The same picture with one pixel nudged: other bytes, a near-duplicate."""
-    pixels = np.asarray(Image.open(src).convert("RGB")).copy()
-    pixels[0, 0] = (pixels[0, 0].astype(int) + 9) % 256
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(pixels).save(dst, format="PNG")
 
 
 def _edit(lake: Path, rng: random.Random, round_: int) -> None:
@@ -49,7 +40,7 @@ def _edit(lake: Path, rng: random.Random, round_: int) -> None:
     dup = rng.choice(files)  # the same content in another class: duplicate + label conflict
     other = rng.choice([c for c in CLASSES if c != dup.parent.name])
     shutil.copyfile(dup, lake / f"pets/{other}/dup{round_}.jpg")
-    _near_copy(rng.choice(files), lake / f"pets/{rng.choice(CLASSES)}/near{round_}.png")
+    write_near_copy(rng.choice(files), lake / f"pets/{rng.choice(CLASSES)}/near{round_}.png")
     if round_ == 1:
         for k in range(5):  # a new folder
             write_jpeg(lake / f"pets/fox/{k:03d}.jpg", seed=rng.randrange(10**6))
@@ -72,7 +63,7 @@ def _edit_near(lake: Path, rng: random.Random, round_: int) -> None:
     files = sorted(p for p in (lake / "pets").rglob("*") if p.is_file() and p.stem != "broken")
     near = [p for p in files if p.stem.startswith("near")]
     for k in range(rng.randint(2, 4)):
-        _near_copy(
+        write_near_copy(
             rng.choice(near + files[:5]), lake / f"pets/{rng.choice(CLASSES)}/near{round_}_{k}.png"
         )
     write_jpeg(lake / f"pets/{rng.choice(CLASSES)}/n{round_}.jpg", seed=rng.randrange(10**6))
@@ -180,7 +171,7 @@ def test_delta_commits_equal_full_commits(
 
     if edits == "near":
         for k, src in enumerate(sorted(lake.rglob("*.jpg"))[:8:2]):
-            _near_copy(src, lake / f"pets/{CLASSES[k % 3]}/near0_{k}.png")
+            write_near_copy(src, lake / f"pets/{CLASSES[k % 3]}/near0_{k}.png")
     grew: list[bool] = []  # per delta commit with a head groups file: grown, or not
     real_grow, real_grown = neardup.grow, compute._grown
     monkeypatch.setattr(

@@ -62,6 +62,7 @@ def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head
     store, home, monkeypatch
 ) -> None:
     from pipeline.datasets.build import build, delta, digest
+    from pipeline.datasets.quality import neargroups
 
     first, data = _first_version(store, home, monkeypatch)
     _assert_digest_is_the_leaves(data, first.version_id)  # the full commit's
@@ -79,7 +80,7 @@ def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head
     # Only the head's digest (and its near-duplicate groups) are kept.
     folder = digest.path_of(data, "pets", second.version_id).parent
     assert sorted(p.name for p in folder.iterdir()) == [
-        f"{second.version_id}{suffix}" for suffix in (digest.SUFFIX, ".neargroups")
+        f"{second.version_id}{suffix}" for suffix in (digest.SUFFIX, neargroups.SUFFIX)
     ]
 
     _add_files(home, 3)  # a delta from a digest the delta commit wrote

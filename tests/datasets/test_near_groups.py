@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.datasets.conftest import write_jpeg, write_recipe
+from tests.datasets.conftest import write_jpeg, write_near_copy, write_recipe
 
 CAP = 3  # paths kept per entry: small, so that merging first-paths lists is exercised
 
@@ -179,6 +179,11 @@ def test_the_file_round_trips_and_refuses_damage(tmp_path, caplog) -> None:
         assert neargroups.load(tmp_path, "pets", "v2", leaves, 4) is None
     assert sum("another version's" in r.getMessage() for r in caplog.records) == 3
     assert neargroups.load(tmp_path, "pets", "v1", leaves, 4) is None  # missing: silent
+    # A dataset's folder keeps one head's caches: writing v3's drops v2's (and a temp file).
+    temp = path.with_name(".v2.neargroups.77.tmp")
+    temp.write_bytes(b"torn")
+    neargroups.write(tmp_path, "pets", "v3", leaves, groups)
+    assert [p.name for p in path.parent.iterdir()] == ["v3.neargroups"]
 
     raw = b"".join(neargroups.encode("v1", leaves, groups))
     neargroups.decode(raw)
@@ -187,20 +192,19 @@ def test_the_file_round_trips_and_refuses_damage(tmp_path, caplog) -> None:
     for bad in (bytes(flipped), raw[:-3], raw + b"x", b"", raw[:8]):
         with pytest.raises(ValueError):
             neargroups.decode(bad)
+    # Whole and checksummed, but an entry of another shape: refused.
+    odd = neargroups.NearGroups(
+        groups.threshold, groups.keys, groups.group, groups.split, groups.splits,
+        [{"paths": "p", "splits": [], "size": 1}] * len(groups.entries),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="not {paths"):
+        neargroups.decode(b"".join(neargroups.encode("v1", leaves, odd)))
     # Whole and checksummed, but a group index past its entries: refused too.
     body = bytearray(raw[9:])
     at = body.index(b"\n") + 1 + 32 * len(groups.keys)  # the first key's group
     body[at : at + 4] = np.int32(len(groups.entries)).tobytes()
     with pytest.raises(ValueError, match="do not fit"):
         neargroups.decode(b"%08x\n" % zlib.crc32(body) + bytes(body))
-
-
-def _near_copy(src, dst) -> None:
-    from PIL import Image
-
-    pixels = np.asarray(Image.open(src).convert("RGB")).copy()
-    pixels[0, 0] = (pixels[0, 0].astype(int) + 9) % 256
-    Image.fromarray(pixels).save(dst, format="PNG")
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -218,7 +222,7 @@ def test_a_damaged_groups_file_is_ignored_and_the_report_comes_from_the_whole_gr
     for ci, cls in enumerate(("cat", "dog")):
         for i in range(8):
             write_jpeg(lake / cls / f"{i:03d}.jpg", seed=ci * 100 + i)
-    _near_copy(lake / "cat/000.jpg", lake / "dog/near0.png")
+    write_near_copy(lake / "cat/000.jpg", lake / "dog/near0.png")
     first = build("pets", workers=1, store=store)
     data = get_settings().data_root
     path = neargroups.path_of(data, "pets", first.version_id)
@@ -231,14 +235,13 @@ def test_a_damaged_groups_file_is_ignored_and_the_report_comes_from_the_whole_gr
         path.write_bytes(b"")
     else:  # whole, but written for another version
         other = neargroups.decode(path.read_bytes())[1]
-        neargroups.write(data, "pets", "f" * 64, [], other)
-        neargroups.path_of(data, "pets", "f" * 64).rename(path)
+        path.write_bytes(b"".join(neargroups.encode("f" * 64, [], other)))
 
     grown: list[object] = []
     real = neardup.grow
     monkeypatch.setattr(neardup, "grow", lambda *a: grown.append(a) or real(*a))
-    _near_copy(lake / "cat/000.jpg", lake / "cat/near1.png")  # the same copy: exact duplicate
-    _near_copy(lake / "dog/001.jpg", lake / "cat/near2.png")  # a new group
+    write_near_copy(lake / "cat/000.jpg", lake / "cat/near1.png")  # the same copy: exact duplicate
+    write_near_copy(lake / "dog/001.jpg", lake / "cat/near2.png")  # a new group
     with caplog.at_level(logging.WARNING, logger="laketrain.build"):
         second = build("pets", workers=1, store=store)
     assert second is not None and second.samples == first.samples + 2
@@ -249,7 +252,7 @@ def test_a_damaged_groups_file_is_ignored_and_the_report_comes_from_the_whole_gr
     assert (near["groups"], near["samples"]) == (2, 5)
     # The new head's groups are written again, whole, and serve the next delta commit.
     assert neargroups.path_of(data, "pets", second.version_id).is_file()
-    _near_copy(lake / "dog/002.jpg", lake / "cat/near3.png")
+    write_near_copy(lake / "dog/002.jpg", lake / "cat/near3.png")
     third = build("pets", workers=1, store=store)
     assert third is not None and len(grown) == 1
     manifest, _sha = mf.read_manifest(mf.version_dir(data, "pets", third.version_id))

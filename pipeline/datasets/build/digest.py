@@ -15,8 +15,8 @@ A digest is a cache. It is derived from immutable leaves, so it never goes stale
 after the version is published (a temp name, then a rename: never seen half-written), and
 checked before use: a crc32 over its bytes, its version id, and the head's leaf list read from
 the chunk tree. Missing or not matching, the commit reads the leaves as before, and nothing is
-lost but time. Only the newest head's digest (and its other caches, named
-``<version_id>.<kind>``) is kept per dataset.
+lost but time. Only the newest head's digest (and its other caches) is kept per dataset
+(cachefile.py).
 
 Layout (cachefile.py's frame): a crc32 line; one JSON header line (``format``,
 ``version_id``, ``leaves``: [[hash, count], ...], ``labels``, ``n``); then the raw arrays
@@ -39,7 +39,6 @@ from pipeline.datasets.chunks import LeafRef
 
 log = logging.getLogger("laketrain.build")
 
-DIGESTS_DIR = "digests"
 SUFFIX = ".digest"
 _FORMAT = 1
 _FIELDS = (("label", "<i4"), ("split", "i1"), ("md5", "S32"))
@@ -73,7 +72,7 @@ class Digest:
 
 
 def path_of(data_root: Path, dataset: str, version_id: str) -> Path:
-    return Path(data_root) / DIGESTS_DIR / dataset / f"{version_id}{SUFFIX}"
+    return cachefile.path_of(data_root, dataset, version_id, SUFFIX)
 
 
 def _parts(version_id: str, leaves: Sequence[LeafRef], codes: dict) -> list:
@@ -136,12 +135,4 @@ def write(
     if sum(leaf.count for leaf in leaves) != codes["n"]:
         log.warning("%s: digest not written (the leaves do not add up to the codes)", path)
         return
-    if not cachefile.write(path, _parts(version_id, leaves, codes), "digest"):
-        return
-    try:
-        for other in path.parent.iterdir():
-            # The head's other caches (<version_id>.<kind>: neargroups.py) are its own.
-            if other.name.split(".", 1)[0] != version_id:
-                other.unlink(missing_ok=True)
-    except OSError as exc:
-        log.warning("%s: other heads' caches not removed (%s)", path.parent, exc)
+    cachefile.write(path, _parts(version_id, leaves, codes), "digest")

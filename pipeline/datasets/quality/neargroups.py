@@ -267,9 +267,7 @@ def leaves_sha(leaves) -> str:
 
 
 def path_of(data_root: Path, dataset: str, version_id: str) -> Path:
-    from pipeline.datasets.build.digest import DIGESTS_DIR
-
-    return Path(data_root) / DIGESTS_DIR / dataset / f"{version_id}{SUFFIX}"
+    return cachefile.path_of(data_root, dataset, version_id, SUFFIX)
 
 
 def encode(version_id: str, leaves, groups: NearGroups) -> list:
@@ -291,6 +289,8 @@ def decode(raw: bytes) -> tuple[dict, NearGroups]:
     header, (keys, group, split) = cachefile.unframe(raw, _FORMAT, _DTYPES)
     entries = list(header["entries"])
     splits = [str(s) for s in header["splits"]]
+    if not all(_is_entry(e) for e in entries):
+        raise ValueError("an entry is not {paths, splits, size}")
     if len(keys) and (
         bool(np.any(keys[1:] <= keys[:-1]))
         or int(group.min()) < 0
@@ -300,6 +300,15 @@ def decode(raw: bytes) -> tuple[dict, NearGroups]:
     ):
         raise ValueError("its arrays do not fit its header")
     return header, NearGroups(int(header["threshold"]), keys, group, split, splits, entries)
+
+
+def _is_entry(e) -> bool:
+    return (
+        isinstance(e, dict)
+        and isinstance(e.get("paths"), list)
+        and isinstance(e.get("splits"), list)
+        and isinstance(e.get("size"), int)
+    )
 
 
 def load(
@@ -327,7 +336,7 @@ def load(
 
 
 def write(data_root: Path, dataset: str, version_id: str, leaves, groups: NearGroups) -> None:
-    """Write the groups of the version just made the head (after its digest, whose write
-    drops the dataset's other heads' files). A cache: a failure is logged, never raised."""
+    """Write the groups of the version just made the head. A cache: a failure is logged,
+    never raised."""
     path = path_of(data_root, dataset, version_id)
     cachefile.write(path, encode(version_id, leaves, groups), "near-duplicate groups")

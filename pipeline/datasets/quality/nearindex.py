@@ -82,7 +82,7 @@ class NearIndex:
             for p in sorted(self.root.iterdir())
             if not p.name.startswith(".") and (p / FILES[-1]).is_file()
         ]
-        return sorted(runs, key=lambda r: (-len(r), r.folder.name))
+        return sorted(runs, key=_largest_first)
 
     def add(self, keys: list[str], hashes: np.ndarray) -> tuple[np.ndarray, int]:
         """``insert``, then every edge the index knows (``edges``)."""
@@ -198,10 +198,14 @@ class NearIndex:
             runs = _with(runs[:-2], Run.load(merged, self.threshold))
 
 
+def _largest_first(run: Run) -> tuple[int, str]:
+    return (-len(run), run.folder.name)
+
+
 def _with(runs: list[Run], run: Run) -> list[Run]:
     """``runs`` with ``run`` among them (once), in ``NearIndex.runs()`` order."""
     others = [r for r in runs if r.folder != run.folder]
-    return sorted([*others, run], key=lambda r: (-len(r), r.folder.name))
+    return sorted([*others, run], key=_largest_first)
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
