@@ -92,10 +92,11 @@ def take_lease(
         "segments": ids,
     }
     tmp = folder / f".{name}.tmp"
+    # Renamed whole (gc never reads half a lease), but not synced: a lease only matters while
+    # its build lives, and a power cut that could lose it stops that build too (its rerun
+    # plans again and writes a new one). Two syncs were ~5 % of a small increment's time.
     with open(tmp, "w") as fh:
         json.dump(body, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
     os.replace(tmp, folder / name)
     return folder / name
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from pipeline.storage.durable import fsync_dir, write_bytes_atomically
+from pipeline.storage.durable import fsync_dir, sync_all, write_bytes_atomically
 
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS = (1, 2)
@@ -205,9 +205,9 @@ def check_format_version(manifest: dict, source: object) -> None:
 
 
 def write_all_synced(folder: Path, files: list[tuple[str, bytes]]) -> None:
-    """Write every file, then fdatasync each, in the order given. Syncing after all the writes
-    lets the first sync's journal commit carry the other files' blocks too (ext4), so a version's
-    seven files cost about one disk flush instead of seven (measured 3-10x less time in syncs)."""
+    """Write every file, then fdatasync them all at once (durable.sync_all). Syncing after all
+    the writes lets one journal commit carry every file's blocks (ext4), so a version's seven
+    files cost about one disk flush instead of seven (measured 3-10x less time in syncs)."""
     handles = []
     try:
         for name, data in files:
@@ -215,8 +215,7 @@ def write_all_synced(folder: Path, files: list[tuple[str, bytes]]) -> None:
             handles.append(fh)
             fh.write(data)
             fh.flush()
-        for fh in handles:
-            os.fdatasync(fh.fileno())
+        sync_all([fh.fileno() for fh in handles])
     finally:
         for fh in handles:
             fh.close()

@@ -6,12 +6,12 @@ import os
 import secrets
 from pathlib import Path
 
-from pipeline.storage.durable import TEMP_PREFIX, fsync_dir
+from pipeline.storage.durable import TEMP_PREFIX, fsync_dirs, sync_all
 
 
 class OnceWriter:
     """Content-addressed files written once, synced in batches: every file of a batch is written
-    to its temp name first, then each is fdatasync'd, then renamed into place (in the order
+    to its temp name first, then all are fdatasync'd (together: durable.sync_all), then renamed into place (in the order
     added). One journal commit then carries many files' blocks (ext4), as with a version's own
     files (manifest.write_all_synced): a commit's dozen new leaves cost about one disk flush, not
     two each. A batch is flushed at ``limit`` bytes, so a full build's leaves never sit in memory
@@ -45,8 +45,7 @@ class OnceWriter:
                 handles.append(fh)
                 fh.write(data)
                 fh.flush()
-            for fh in handles:
-                os.fdatasync(fh.fileno())
+            sync_all([fh.fileno() for fh in handles])
         except BaseException:
             for tmp, _dest, _data in todo:
                 tmp.unlink(missing_ok=True)
@@ -61,5 +60,4 @@ class OnceWriter:
     def close(self) -> None:
         """Flush, then sync every folder renamed into (the renames are durable after this)."""
         self.flush()
-        for folder in self.dirs:
-            fsync_dir(folder)
+        fsync_dirs(self.dirs)

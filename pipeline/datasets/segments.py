@@ -30,7 +30,7 @@ import numpy as np
 
 from pipeline.datasets.crash_points import pause_hook
 from pipeline.datasets.errors import BuildError
-from pipeline.storage.durable import fsync_dir, write_synced
+from pipeline.storage.durable import fsync_dir, sync_all
 
 SEGMENT_FORMAT_VERSION = 1
 FORMATS = ("npy", "zarr")
@@ -128,9 +128,8 @@ def write_segment(
             "sha256": sha,
             **info,
         }
-        write_synced(tmp / INFO_NAME, json.dumps(full_info, sort_keys=True).encode())
-        if fmt == "npy":
-            _fsync_files([tmp / "x.npy", tmp / "y.npy"])
+        (tmp / INFO_NAME).write_bytes(json.dumps(full_info, sort_keys=True).encode())
+        _sync_files([tmp / INFO_NAME] + ([tmp / "x.npy", tmp / "y.npy"] if fmt == "npy" else []))
         fsync_dir(tmp)
         pause_hook("segment_before_rename")
         try:
@@ -251,12 +250,15 @@ def _save_npy(path: Path, array: np.ndarray, *, sync: bool = True) -> None:
             os.fsync(fh.fileno())
 
 
-def _fsync_files(paths: list[Path]) -> None:
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
+def _sync_files(paths: list[Path]) -> None:
+    """Sync the files together (durable.sync_all), all before the folder's rename."""
+    fds: list[int] = []
+    try:
+        for path in paths:
+            fds.append(os.open(path, os.O_RDONLY))
+        sync_all(fds)
+    finally:
+        for fd in fds:
             os.close(fd)
 
 

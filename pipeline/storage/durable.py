@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+
+# At most this many syncs in flight at once (sync_all).
+_SYNC_THREADS = 8
 
 
 def fsync_dir(directory: Path) -> None:
@@ -26,6 +29,38 @@ def fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def sync_all(fds: Sequence[int]) -> None:
+    """fdatasync every file descriptor, several at once, and return when all are durable.
+    Syncs issued together share the filesystem's journal commits (ext4 joins concurrent
+    fsyncs into one transaction), so a batch of N files waits for about one or two disk
+    flushes instead of N in a row (measured: 26 small files, 11-20 ms in a row, 4-8 ms so;
+    bench/build.py's commit). The first error is raised once all have finished."""
+    if len(fds) <= 1:
+        for fd in fds:
+            os.fdatasync(fd)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    # A pool per batch, not a shared one: a build forks workers, and a forked child would
+    # inherit a pool whose threads do not exist. Starting a thread costs ~50 µs.
+    with ThreadPoolExecutor(min(len(fds), _SYNC_THREADS), thread_name_prefix="sync") as pool:
+        for done in [pool.submit(os.fdatasync, fd) for fd in fds]:
+            done.result()
+
+
+def fsync_dirs(directories: Iterable[Path]) -> None:
+    """fsync_dir of each folder, several at once (as sync_all)."""
+    folders = list(dict.fromkeys(directories))
+    if len(folders) <= 1:
+        for folder in folders:
+            fsync_dir(folder)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(len(folders), _SYNC_THREADS), thread_name_prefix="sync") as pool:
+        list(pool.map(fsync_dir, folders))
 
 
 TEMP_PREFIX = ".tmp-"  # listings and gc recognise in-flight writes by it
@@ -58,15 +93,6 @@ def replace_atomically(
 def write_bytes_atomically(dest: Path, data: bytes, *, sync_dir: bool = True) -> None:
     """Replace ``dest`` with ``data`` atomically (temp + fsync + rename + folder fsync)."""
     replace_atomically(dest, lambda tmp: tmp.write_bytes(data), sync_dir=sync_dir)
-
-
-def write_synced(path: Path, data: bytes) -> None:
-    """Write and fdatasync a file inside a staging folder that is published whole by one
-    rename (a segment's folder, a version's staging folder): no temp name of its own."""
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fdatasync(fh.fileno())
 
 
 def write_once(dest: Path, data: bytes) -> int:

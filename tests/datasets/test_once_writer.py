@@ -45,3 +45,24 @@ def test_a_failed_batch_leaves_no_temp_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk gone"):
         out.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_file_is_synced_before_any_is_renamed_into_place(tmp_path, monkeypatch):
+    import os
+
+    out = OnceWriter()
+    dests = [tmp_path / f"d{i}" / "leaf" for i in range(6)]
+    for i, dest in enumerate(dests):
+        out.add(dest, b"z" * (i + 1))
+    real = os.fdatasync
+    synced: list[int] = []
+
+    def sync(fd):
+        assert not any(d.exists() for d in dests)  # no name visible before its bytes are durable
+        real(fd)
+        synced.append(fd)
+
+    monkeypatch.setattr(os, "fdatasync", sync)
+    out.close()
+    assert len(synced) == len(dests)
+    assert [d.read_bytes() for d in dests] == [b"z" * (i + 1) for i in range(6)]

@@ -93,7 +93,10 @@ def cut(
             if not window and start > 0:
                 start -= 1  # nothing left here: the cut before it moves too
                 continue
-            cuts = _cuts(window, _offered(entries, head_leaves[start:stop]))
+            inside = head_leaves[start:stop]
+            cuts = _cuts(
+                window, _offered(entries, inside), _settled(entries, inside, dirty[start:stop])
+            )
             if (
                 stop >= m
                 or not window
@@ -114,6 +117,18 @@ def _offered(entries: _Entries, leaves: list[LeafRef]) -> list[tuple[LeafRef, by
     """Each head leaf with its first sample's key, for _cuts (a run that formats to one of
     them is that leaf)."""
     return [(leaf, sample_key(sample_of(entries(leaf)[0]))) for leaf in leaves]
+
+
+def _settled(entries: _Entries, leaves: list[LeafRef], dirty: list[bool]) -> dict[str, bytes]:
+    """For _cuts: the window's clean leaves (no affected path from their first sample up to
+    the next leaf's), each with its last sample's key. Their samples are in the window as the
+    head has them, so a run that starts at one's first key and ends at its last key is that
+    leaf, without formatting its samples again to compare bytes."""
+    return {
+        leaf.hash: sample_key(sample_of(entries(leaf)[-1]))
+        for leaf, d in zip(leaves, dirty, strict=True)
+        if not d and leaf.count
+    }
 
 
 class _Entries:
