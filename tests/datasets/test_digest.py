@@ -41,8 +41,9 @@ def _expected(data, version_id: str):
     return leaves, mf.merge_codes([chunkread.read_index(data, leaf) for leaf in leaves])
 
 
-def _assert_digest_is_the_leaves(data, version_id: str) -> None:
+def _assert_digest_is_the_leaves(data, version_id: str, store=None) -> None:
     from pipeline.datasets.build import digest
+    from pipeline.datasets.build.chunkrows import leaf_edges
 
     leaves, codes = _expected(data, version_id)
     got = digest.load(data, "pets", version_id, leaves)
@@ -51,6 +52,10 @@ def _assert_digest_is_the_leaves(data, version_id: str) -> None:
     assert got.codes["labels"] == codes["labels"] and got.codes["n"] == codes["n"]
     for name in ("label", "split", "md5"):
         assert np.array_equal(got.codes[name], codes[name]), name
+    if store is not None:
+        # Each leaf's first and last (path, line, copy): what the store's rows say.
+        with store.session() as session:
+            assert got.edges_by_hash() == leaf_edges(session, leaves)
 
 
 def _add_files(home, n: int = 2) -> None:
@@ -61,22 +66,29 @@ def _add_files(home, n: int = 2) -> None:
 def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head_index(
     store, home, monkeypatch
 ) -> None:
-    from pipeline.datasets.build import build, delta, digest
+    from pipeline.datasets.build import build, chunkrows, delta, digest
     from pipeline.datasets.quality import neargroups
 
     first, data = _first_version(store, home, monkeypatch)
-    _assert_digest_is_the_leaves(data, first.version_id)  # the full commit's
+    _assert_digest_is_the_leaves(data, first.version_id, store)  # the full commit's
 
     reads: list[str] = []
     real = delta._reused_index
     monkeypatch.setattr(
         delta, "_reused_index", lambda d, leaf: reads.append(leaf.hash) or real(d, leaf)
     )
+    edge_reads: list[int] = []
+    real_edges = chunkrows.leaf_edges
+    monkeypatch.setattr(
+        chunkrows, "leaf_edges", lambda s, leaves: edge_reads.append(1) or real_edges(s, leaves)
+    )
     _add_files(home)
     second = build("pets", workers=1, store=store)
     assert second is not None and second.samples == first.samples + 2
     assert reads == []  # every reused head leaf came from the digest
-    _assert_digest_is_the_leaves(data, second.version_id)  # the delta commit's
+    assert edge_reads == []  # and the windows were placed by its edges, not the store's rows
+    monkeypatch.setattr(chunkrows, "leaf_edges", real_edges)
+    _assert_digest_is_the_leaves(data, second.version_id, store)  # the delta commit's
     # Only the head's digest (and its near-duplicate groups) are kept.
     folder = digest.path_of(data, "pets", second.version_id).parent
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -86,7 +98,7 @@ def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head
     _add_files(home, 3)  # a delta from a digest the delta commit wrote
     third = build("pets", workers=1, store=store)
     assert reads == [] and third.samples == first.samples + 3
-    _assert_digest_is_the_leaves(data, third.version_id)
+    _assert_digest_is_the_leaves(data, third.version_id, store)
 
 
 def _flip_a_byte(path) -> None:
@@ -186,3 +198,35 @@ def test_decode_refuses_what_is_not_a_whole_digest(tmp_path) -> None:
     # A digest whose leaves do not add up to its rows is refused on write, and not written.
     digest.write(tmp_path, "pets", "w", leaves[:1], codes)
     assert not digest.path_of(tmp_path, "pets", "w").exists()
+
+
+def test_edges_round_trip_and_a_list_that_does_not_fit_its_leaves_is_left_out(tmp_path) -> None:
+    from pipeline.datasets import cachefile
+    from pipeline.datasets.build import digest
+    from pipeline.datasets.chunks import LeafRef
+
+    codes = {
+        "labels": ["a"],
+        "n": 3,
+        "label": np.asarray([0, 0, -1], np.int32),
+        "split": np.asarray([0, 1, 0], np.int8),
+        "md5": np.asarray([b"0" * 32, b"1" * 32, b"2" * 32], "S32"),
+    }
+    leaves = [LeafRef("h1", 2, 10, "x"), LeafRef("h2", 1, 5, "y")]
+    edges = [(("a/1", None, 0), ("a/2 é", 3, 1)), (("b/\udcff", None, 0), ("b/\udcff", None, 0))]
+    digest.write(tmp_path, "pets", "v", leaves, codes, edges)
+    back = digest.decode(digest.path_of(tmp_path, "pets", "v").read_bytes())
+    assert back.edges == edges
+    assert back.edges_by_hash() == {"h1": edges[0], "h2": edges[1]}
+    digest.write(tmp_path, "pets", "v", leaves, codes, edges[:1])  # one short: left out
+    assert digest.decode(digest.path_of(tmp_path, "pets", "v").read_bytes()).edges is None
+    # Checksummed, but an entry of another shape: the digest's codes stay usable, its edges
+    # are not used (the store's rows are read instead).
+    for bad in ([["a", None, 0, "b", None]] * 2, [["a", "1", 0, "b", None, 0]] * 2, {"h1": 1}):
+        parts = cachefile.frame(
+            {"format": 1, "version_id": "v", "leaves": [["h1", 2], ["h2", 1]],
+             "labels": ["a"], "n": 3, "edges": bad},
+            [(codes[name], dtype) for name, dtype in digest._FIELDS],
+        )  # fmt: skip
+        got = digest.decode(b"".join(bytes(p) for p in parts))
+        assert got.edges is None and got.codes["n"] == 3

@@ -308,7 +308,8 @@ def commit(
             # For the next delta commit (digest.py): a cache, written when the store is about
             # to name the version the head (a rollback leaves a digest nobody asks for).
             codes = delta.codes if delta is not None else chunks.codes_of(samples)
-            digest.write(data_root, dataset, version_id, tree.leaves, codes)
+            edges = digest.tree_edges(tree, delta.head_edges if delta is not None else None)
+            digest.write(data_root, dataset, version_id, tree.leaves, codes, edges)
             near = assembled.near
             if near.groups is not None:  # the next delta commit's starting groups
                 neargroups.write(data_root, dataset, version_id, tree.leaves, near.groups)

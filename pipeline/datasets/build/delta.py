@@ -187,6 +187,7 @@ class DeltaVersion:
     diff: dict[str, int]
     version_id: str
     codes: dict  # manifest.merge_codes of every sample, in leaf order (for the new digest)
+    head_edges: dict  # hash -> edges of the head's leaves (for the new digest's reused ones)
 
 
 def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Since, prior, sidecar):
@@ -214,9 +215,11 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         ),
     )  # fmt: skip
     samples, invalid, left_out = assemble_changes(recipe, changes, sidecar, near.splits)
-    cutting = cut(
-        data_root, head_leaves, leaf_edges(session, head_leaves), changes.affected, samples
-    )
+    head_digest = digest.load(data_root, dataset, since.version_id, head_leaves)
+    edges = head_digest.edges_by_hash() if head_digest is not None else None
+    if edges is None:
+        edges = leaf_edges(session, head_leaves)  # the store's rows: two probes a leaf
+    cutting = cut(data_root, head_leaves, edges, changes.affected, samples)
     # The stats of the windows' unchanged samples: the sums of their leaves' summaries (new
     # leaves, and head leaves recorded before summaries).
     processed = dict(changes.processed)
@@ -225,7 +228,6 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         if s.split == "train"
     }  # fmt: skip
     processed.update(processed_rows(session, rh, wanted - processed.keys(), whole_table_above=None))
-    head_digest = digest.load(data_root, dataset, since.version_id, head_leaves)
     codes = mf.merge_codes(_indexes(data_root, cutting, head_digest))
     return DeltaVersion(
         changes=changes,
@@ -239,6 +241,7 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         diff=_diff_counts(session, since.version_id, changes.affected, samples),
         version_id=mf.version_id_of_indexes(dataset, rh, [codes]),
         codes=codes,
+        head_edges=edges,
     )
 
 

@@ -8,6 +8,11 @@ DIGEST: its leaves (hash, count) in order and their samples' (md5, label, split)
 same order, as one file, ``DATA_ROOT/digests/<dataset>/<version_id>.digest`` (~37 bytes a
 sample). The next delta commit slices the reused leaves' codes out of it.
 
+The digest also holds each leaf's EDGES, the (path, line, copy) of its first and last sample:
+the delta commit's windows are placed by them (windows.py), and read from the store they are
+two index probes a leaf, ~0.2-0.3 s at a million samples. A digest without them (or with a
+list that does not fit its leaves) leaves the commit to read them from the store.
+
 (The leaves' summaries stay in the store, read per leaf: as JSON in the digest they cost more
 to write and parse, ~0.65 s at a million samples, than the store's rows, ~0.3 s.)
 
@@ -19,7 +24,8 @@ lost but time. Only the newest head's digest (and its other caches) is kept per 
 (cachefile.py).
 
 Layout (cachefile.py's frame): a crc32 line; one JSON header line (``format``,
-``version_id``, ``leaves``: [[hash, count], ...], ``labels``, ``n``); then the raw arrays
+``version_id``, ``leaves``: [[hash, count], ...], ``labels``, ``n``, and optionally ``edges``:
+[[first path, line, copy, last path, line, copy], ...], one per leaf); then the raw arrays
 ``label`` int32 (into ``labels``, -1: none), ``split`` int8 (1 = val), ``md5`` S32, each of
 ``n`` rows.
 
@@ -44,11 +50,23 @@ _FORMAT = 1
 _FIELDS = (("label", "<i4"), ("split", "i1"), ("md5", "S32"))
 
 
+# A leaf's edges: the (path, line, copy) of its first and of its last sample.
+Key = tuple[str, int | None, int]
+Edges = tuple[Key, Key]
+
+
 @dataclass
 class Digest:
     version_id: str
     leaves: list[tuple[str, int]]
     codes: dict  # merge_codes' shape: labels, n, label, split, md5, in leaf order
+    edges: list[Edges] | None = None  # one per leaf, in order (None: not in this digest)
+
+    def edges_by_hash(self) -> dict[str, Edges] | None:
+        """hash -> edges of each leaf (chunkrows.leaf_edges' shape), or None without them."""
+        if self.edges is None:
+            return None
+        return {h: e for (h, _count), e in zip(self.leaves, self.edges, strict=True)}
 
     def spans(self) -> dict[str, tuple[int, int]]:
         """hash -> (start, stop) of each leaf's rows in ``codes``."""
@@ -75,7 +93,9 @@ def path_of(data_root: Path, dataset: str, version_id: str) -> Path:
     return cachefile.path_of(data_root, dataset, version_id, SUFFIX)
 
 
-def _parts(version_id: str, leaves: Sequence[LeafRef], codes: dict) -> list:
+def _parts(
+    version_id: str, leaves: Sequence[LeafRef], codes: dict, edges: Sequence[Edges] | None
+) -> list:
     """The digest's bytes in parts, the arrays as views of ``codes``: as a copy of a million
     samples' codes, joined, at the end of a full commit (its memory's peak) they added ~80 MB
     to it."""
@@ -86,7 +106,30 @@ def _parts(version_id: str, leaves: Sequence[LeafRef], codes: dict) -> list:
         "labels": list(codes["labels"]),
         "n": int(codes["n"]),
     }
+    if edges is not None:
+        header["edges"] = [[*first, *last] for first, last in edges]
     return cachefile.frame(header, [(codes[name], dtype) for name, dtype in _FIELDS])
+
+
+def _edges(raw: object, leaves: int) -> list[Edges] | None:
+    """The header's edges, or None (absent, or not one well-formed entry per leaf: logged by
+    the caller's fallback, the store's rows are read instead)."""
+    if not isinstance(raw, list) or len(raw) != leaves:
+        return None
+    out: list[Edges] = []
+    for e in raw:
+        if not (
+            isinstance(e, list)
+            and len(e) == 6
+            and isinstance(e[0], str)
+            and isinstance(e[3], str)
+            and all(v is None or type(v) is int for v in (e[1], e[4]))
+            and type(e[2]) is int
+            and type(e[5]) is int
+        ):
+            return None
+        out.append(((e[0], e[1], e[2]), (e[3], e[4], e[5])))
+    return out
 
 
 def decode(raw: bytes) -> Digest:
@@ -98,7 +141,9 @@ def decode(raw: bytes) -> Digest:
         raise ValueError("its leaves do not add up to its rows")
     codes: dict = {"labels": list(header["labels"]), "n": n}
     codes.update({name: a for (name, _dtype), a in zip(_FIELDS, arrays, strict=True)})
-    return Digest(str(header["version_id"]), leaves, codes)
+    return Digest(
+        str(header["version_id"]), leaves, codes, _edges(header.get("edges"), len(leaves))
+    )
 
 
 def load(
@@ -128,11 +173,36 @@ def write(
     version_id: str,
     leaves: Sequence[LeafRef],
     codes: dict,
+    edges: Sequence[Edges] | None = None,
 ) -> None:
-    """Write the digest of the version just made the head and drop the dataset's others. A
-    cache: a failure is logged, never raised (the next commit reads the leaves instead)."""
+    """Write the digest of the version just made the head and drop the dataset's others
+    (``edges``: one per leaf, or None to leave them out). A cache: a failure is logged, never
+    raised (the next commit reads the leaves instead)."""
     path = path_of(data_root, dataset, version_id)
     if sum(leaf.count for leaf in leaves) != codes["n"]:
         log.warning("%s: digest not written (the leaves do not add up to the codes)", path)
         return
-    cachefile.write(path, _parts(version_id, leaves, codes), "digest")
+    if edges is not None and len(edges) != len(leaves):
+        edges = None
+    cachefile.write(path, _parts(version_id, leaves, codes, edges), "digest")
+
+
+def tree_edges(tree, known: dict[str, Edges] | None) -> list[Edges] | None:
+    """The edges of every leaf of a tree just written: from the samples the commit held
+    (``tree.parts``), else from ``known`` (the head's, for the leaves a delta took whole);
+    None when a leaf has neither."""
+    out: list[Edges] = []
+    for leaf in tree.leaves:
+        part = tree.parts.get(leaf.hash)
+        if part:
+            out.append((_key(part[0]), _key(part[-1])))
+        elif known is not None and leaf.hash in known:
+            out.append(known[leaf.hash])
+        else:
+            return None
+    return out
+
+
+def _key(sample) -> Key:
+    """A sample's (path, line, copy), as chunkrows.leaf_edges reads it from the store."""
+    return (sample.path, None if sample.line is None else int(sample.line), int(sample.copy))
