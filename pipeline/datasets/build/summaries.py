@@ -114,18 +114,29 @@ def stored(session: Session, hashes: Sequence[str]) -> dict[str, LeafSummary]:
     unique = sorted(set(hashes))
     for i in range(0, len(unique), _IN_BATCH):
         part = unique[i : i + _IN_BATCH]
-        for h, text in driver_rows(
+        rows = driver_rows(
             session,
             "SELECT hash, summary FROM chunks WHERE summary IS NOT NULL "
             f"AND hash IN ({', '.join('?' * len(part))})",
             tuple(part),
-        ):
-            try:
-                out[h] = LeafSummary.from_json(text)
-            except (ValueError, TypeError) as exc:
-                # A damaged value is no summary: computed again from the leaf's metadata part
-                # (as for a leaf recorded before 0011) and written over (store_missing).
-                log.warning("leaf %s: unreadable summary in the store (%s); recomputing", h, exc)
+        )
+        try:
+            # The batch as one JSON array: one C-level parse instead of one json.loads per
+            # leaf (~8,000 leaves at a million samples, on every delta commit).
+            parsed = json.loads("[" + ",".join(text for _h, text in rows) + "]")
+            if len(parsed) != len(rows):
+                raise ValueError("a value holds more than one document")
+            out.update((h, LeafSummary(**d)) for (h, _t), d in zip(rows, parsed, strict=True))
+        except (ValueError, TypeError):
+            for h, text in rows:  # one value is damaged: find it, keep the others
+                try:
+                    out[h] = LeafSummary.from_json(text)
+                except (ValueError, TypeError) as exc:
+                    # A damaged value is no summary: computed again from the leaf's metadata
+                    # part (as for a leaf recorded before 0011) and written over (store_missing).
+                    log.warning(
+                        "leaf %s: unreadable summary in the store (%s); recomputing", h, exc
+                    )
     return out
 
 
