@@ -152,6 +152,34 @@ def chunk_file(data_root: Path | str, h: str, suffix: str) -> str:
     return f"{os.fspath(data_root)}/{CHUNKS_DIR}/{h[:2]}/{h}{suffix}"
 
 
+class Present:
+    """Which chunk files exist, for a check over many leaves (a delta commit takes thousands of
+    the head's leaves whole, and each must still be on disk): past ``LIST_ABOVE`` leaves, one
+    listing of each shard folder they fall in (256 at most) instead of a stat per file (~23,000
+    at a million samples, ~0.15 s). The listing is a snapshot: call under the segments guard,
+    where gc removes nothing; a file another build adds after it reads as missing, which costs
+    a rewrite of the same bytes or a full commit, never a wrong version."""
+
+    LIST_ABOVE = 2000
+
+    def __init__(self, data_root: Path | str, hashes: Sequence[str]) -> None:
+        self._root = os.fspath(data_root)
+        self._names: dict[str, set[str]] | None = None
+        if len(hashes) > self.LIST_ABOVE:
+            self._names = {}
+            for prefix in sorted({h[:2] for h in hashes}):
+                try:
+                    self._names[prefix] = set(os.listdir(f"{self._root}/{CHUNKS_DIR}/{prefix}"))
+                except FileNotFoundError:
+                    self._names[prefix] = set()
+
+    def has(self, h: str, suffix: str) -> bool:
+        names = self._names.get(h[:2]) if self._names is not None else None
+        if names is None:
+            return os.path.exists(chunk_file(self._root, h, suffix))
+        return f"{h}{suffix}" in names
+
+
 def sample_key(s: SampleLike) -> bytes:
     key = s.path
     if s.line is not None or s.copy:

@@ -9,7 +9,6 @@ pipeline/datasets/chunkread.py's; this module owns only the write, whose result 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -123,6 +122,7 @@ def write_pieces(
     also the delta commit's write, which cuts only the runs of samples that changed)."""
     fresh = [p[0] for p in pieces if p[2] is None]
     have = known(fresh) if known is not None and fresh else {}
+    present = chunks.Present(data_root, [p[0] for p in pieces])
     leaves: list[LeafRef] = []
     new_leaves: list[tuple[LeafRef, Sequence[SampleLike]]] = []
     parts: dict[str, Sequence[SampleLike]] = {}
@@ -134,7 +134,7 @@ def write_pieces(
         sha_idx = reused.sha256_idx if reused is not None else have.get(h)
         if part is not None:
             parts[h] = part
-        if sha_idx is not None and os.path.exists(meta_path) and os.path.exists(idx_path):
+        if sha_idx is not None and present.has(h, META_SUFFIX) and present.has(h, INDEX_SUFFIX):
             leaves.append(LeafRef(h, reused.count if part is None else len(part), size, sha_idx))
             continue
         if part is None:

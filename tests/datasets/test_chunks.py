@@ -282,3 +282,23 @@ def test_a_pack_header_with_a_negative_part_size_is_not_a_pack():
     assert chunkpack.decode(chunkpack.encode([b"ab", b"c"])) == [b"ab", b"c"]
     with pytest.raises(ValueError, match="negative"):
         chunkpack.decode(b'{"format": 1, "parts": [-2, 5]}\nabc')
+
+
+@pytest.mark.parametrize("list_above", [0, 10_000])
+def test_present_agrees_with_the_files_on_disk_whether_listed_or_statted(
+    tmp_path, monkeypatch, list_above
+) -> None:
+    from pipeline.datasets import chunks
+
+    monkeypatch.setattr(chunks.Present, "LIST_ABOVE", list_above)
+    there = ["ab" + "1" * 62, "ab" + "2" * 62, "cd" + "3" * 62]
+    for h in there:
+        path = chunks.chunk_path(tmp_path, h, chunks.META_SUFFIX)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    (chunks.chunk_path(tmp_path, there[0], chunks.INDEX_SUFFIX)).write_bytes(b"i")
+    gone = ["ab" + "4" * 62, "ef" + "5" * 62]  # one in a listed folder, one in none
+    present = chunks.Present(tmp_path, there + gone)
+    assert [present.has(h, chunks.META_SUFFIX) for h in there + gone] == [1, 1, 1, 0, 0]
+    assert present.has(there[0], chunks.INDEX_SUFFIX)
+    assert not present.has(there[1], chunks.INDEX_SUFFIX)

@@ -313,15 +313,21 @@ def _small_leaves_version(store, home, monkeypatch):
     return first, data, parts
 
 
+# "listed": the files' presence read from their folders' listings (chunks.Present, as for a
+# million-sample head), not a stat a file.
+@pytest.mark.parametrize("presence", ["stat", "listed"])
 def test_a_head_leaf_missing_its_metadata_part_falls_back_to_the_full_commit(
-    store, home, monkeypatch
+    store, home, monkeypatch, presence
 ) -> None:
     """The delta takes untouched head leaves whole and cannot write them again; a leaf whose
     metadata part is gone (a damaged DATA_ROOT) makes the commit assemble everything, which
     writes the part back, instead of failing mid-publish."""
+    from pipeline.datasets import chunks
     from pipeline.datasets.build import build, delta
     from pipeline.datasets.reader import open_version
 
+    if presence == "listed":
+        monkeypatch.setattr(chunks.Present, "LIST_ABOVE", 0)
     first, data, parts = _small_leaves_version(store, home, monkeypatch)
     victim = data / parts[0]  # the first leaf, of cat/; the edit is in emu/
     leaf_of_cat = victim.read_bytes()

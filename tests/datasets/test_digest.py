@@ -75,7 +75,9 @@ def test_each_head_gets_a_digest_equal_to_its_leaves_and_the_delta_reads_no_head
     reads: list[str] = []
     real = delta._reused_index
     monkeypatch.setattr(
-        delta, "_reused_index", lambda d, leaf: reads.append(leaf.hash) or real(d, leaf)
+        delta,
+        "_reused_index",
+        lambda d, leaf, present: reads.append(leaf.hash) or real(d, leaf, present),
     )
     edge_reads: list[int] = []
     real_edges = chunkrows.leaf_edges
@@ -147,7 +149,9 @@ def test_a_damaged_or_foreign_digest_is_ignored_and_the_version_comes_out_right(
     reads: list[str] = []
     real = delta._reused_index
     monkeypatch.setattr(
-        delta, "_reused_index", lambda d, leaf: reads.append(leaf.hash) or real(d, leaf)
+        delta,
+        "_reused_index",
+        lambda d, leaf, present: reads.append(leaf.hash) or real(d, leaf, present),
     )
     with caplog.at_level(logging.WARNING, logger="laketrain.build"):
         second = build("pets", workers=1, store=store)

@@ -25,7 +25,6 @@ the full commit's, field for field, on random edits.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -249,12 +248,13 @@ def _indexes(data_root: Path, cutting, head_digest) -> list[dict]:
     """The new version's codes, leaf by leaf (a run of reused head leaves as one slice of the
     head's digest when there is one; else each one's index file)."""
     spans = head_digest.spans() if head_digest is not None else {}
+    present = chunks.Present(data_root, [c[2].hash for c in cutting if c[2] is not None])
     out: list[dict] = []
     run: list[int] | None = None  # [start, stop] of the digest rows being taken
     for _h, _size, reused, part in cutting:
         span = spans.get(reused.hash) if reused is not None and part is None else None
         if span is not None:
-            _check_reusable(data_root, reused)
+            _check_reusable(data_root, reused, present)
         if span is not None and run is not None and run[1] == span[0]:
             run[1] = span[1]
             continue
@@ -266,23 +266,23 @@ def _indexes(data_root: Path, cutting, head_digest) -> list[dict]:
         elif part is not None and reused is None:
             out.append(chunks.index_of(part))
         else:
-            out.append(_reused_index(data_root, reused))
+            out.append(_reused_index(data_root, reused, present))
     if run is not None:
         out.append(head_digest.slice(*run))
     return out
 
 
-def _check_reusable(data_root: Path, leaf: LeafRef) -> None:
+def _check_reusable(data_root: Path, leaf: LeafRef, present: chunks.Present) -> None:
     """A head leaf taken whole must have its metadata part (else a full commit writes it again
     from the samples)."""
-    meta = chunks.chunk_file(data_root, leaf.hash, chunks.META_SUFFIX)
-    if not os.path.isfile(meta):
+    if not present.has(leaf.hash, chunks.META_SUFFIX):
+        meta = chunks.chunk_file(data_root, leaf.hash, chunks.META_SUFFIX)
         raise Fallback(f"{meta}: leaf metadata part missing")
 
 
-def _reused_index(data_root: Path, leaf: LeafRef) -> dict:
+def _reused_index(data_root: Path, leaf: LeafRef, present: chunks.Present) -> dict:
     """A head leaf's index for version_id, without its segments table."""
-    _check_reusable(data_root, leaf)
+    _check_reusable(data_root, leaf, present)
     try:
         return read_index(data_root, leaf, segments=False)  # for version_id alone
     except chunks.ChunkError as exc:
