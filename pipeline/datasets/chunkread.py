@@ -132,8 +132,6 @@ def read_meta(data_root: Path, h: str) -> bytes:
 def read_entries(data_root: Path, h: str) -> list[dict]:
     """A leaf's samples as metadata records (without ``index``)."""
     raw = read_meta(data_root, h)
-    if not raw:
-        return []
     # One parse of the part as a JSON array: a line is one object, and JSON escapes every
     # newline inside a string, so the line breaks are exactly the separators. One C-level call
     # instead of one json.loads per sample (the delta commit reads its windows' leaves).

@@ -109,10 +109,8 @@ def write_segment(
     tmp.mkdir()
     try:
         if fmt == "npy":
-            # Synced below, with segment.json: one batch of syncs (one journal commit on ext4)
-            # instead of one per file, still all before the rename.
-            _save_npy(tmp / "x.npy", x, sync=False)
-            _save_npy(tmp / "y.npy", y.astype(np.int32, copy=False), sync=False)
+            _save_npy(tmp / "x.npy", x)
+            _save_npy(tmp / "y.npy", y.astype(np.int32, copy=False))
         else:
             _save_zarr(tmp / ZARR_NAME, x, y.astype(np.int32, copy=False))
         size, sha = tree_digest(tmp)
@@ -129,7 +127,9 @@ def write_segment(
             **info,
         }
         (tmp / INFO_NAME).write_bytes(json.dumps(full_info, sort_keys=True).encode())
-        _sync_files([tmp / INFO_NAME] + ([tmp / "x.npy", tmp / "y.npy"] if fmt == "npy" else []))
+        # Every file of the folder (npy or zarr) synced in one batch (one journal commit on
+        # ext4, durable.sync_all), all before the rename that publishes the folder.
+        _sync_files([f for f in tmp.rglob("*") if f.is_file()])
         fsync_dir(tmp)
         pause_hook("segment_before_rename")
         try:
@@ -242,12 +242,9 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _save_npy(path: Path, array: np.ndarray, *, sync: bool = True) -> None:
+def _save_npy(path: Path, array: np.ndarray) -> None:
     with open(path, "wb") as fh:
         np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
-        fh.flush()
-        if sync:
-            os.fsync(fh.fileno())
 
 
 def _sync_files(paths: list[Path]) -> None:
@@ -277,7 +274,3 @@ def _save_zarr(path: Path, x: np.ndarray, y: np.ndarray) -> None:
     )
     if y.shape[0]:
         ya[:] = y
-    for file in Path(path).rglob("*"):
-        if file.is_file():
-            with open(file, "rb+") as fh:
-                os.fsync(fh.fileno())
