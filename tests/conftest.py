@@ -5,7 +5,7 @@ A ``store`` starts as a copy of a database migrated once per test process (Postg
 ``CREATE DATABASE ... TEMPLATE``; SQLite: a copied file): running every migration for each of
 ~470 store tests cost minutes of the suite. ``pg_url`` alone still gives an EMPTY database.
 
-Under pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``) each test module is one unit
+Under pytest-xdist (``make test`` runs ``-n 3 --dist loadfile``) each test module is one unit
 of work, so a module's (or the UI package's) expensive fixture is built by one worker only;
 see ``pytest_collection_modifyitems`` below and docs/testing.md."""
 
@@ -183,7 +183,7 @@ def store(db_url: str, lt_env: Path, monkeypatch: pytest.MonkeyPatch):
 
 # --- pytest-xdist: which tests share a worker, and in what order the work is handed out ----
 #
-# `make test` runs `-n 2 --dist loadfile --no-loadscope-reorder`: each test module is one unit
+# `make test` runs `-n 3 --dist loadfile --no-loadscope-reorder`: each test module is one unit
 # of work, so a module-scoped fixture (an Airflow stack, a dag.test() subprocess) is built by
 # one worker only. (xdist's own `loadgroup` cannot be used: on pytest 9.2 its xdist_group
 # marks no longer reach the scheduler, pytest-dev/pytest-xdist#1386.)
