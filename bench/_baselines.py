@@ -1,5 +1,6 @@
-"""Pieces several benchmarks share: the bare-walk baseline every rescan is held against, and
-back-dating generated files so that the scanner's settle window does not skip them."""
+"""Pieces several benchmarks share: the bare-walk baselines every rescan is held against (in
+one process, and split over the cores as the scan splits its walk), and back-dating generated
+files so that the scanner's settle window does not skip them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,45 @@ def bare_walk(root: Path) -> float:
                     stack.append(e.path)
                 else:
                     e.stat(follow_symlinks=False)
+    return time.perf_counter() - t
+
+
+def bare_walk_split(root: Path, processes: int) -> float:
+    """The same walk with the folders spread over ``processes`` forked processes (the parent
+    walks one share): what a scan that splits its walk over the cores must at least do. The
+    tree is opened level by level until there are at least four folders per process, and
+    those are dealt out in turn; the files above them are statted by the parent."""
+    if processes < 2:
+        return bare_walk(root)
+    t = time.perf_counter()
+    level = [str(root)]
+    while level and len(level) < 4 * processes:
+        below = []
+        for folder in level:
+            with os.scandir(folder) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        below.append(e.path)
+                    else:
+                        e.stat(follow_symlinks=False)
+        level = below
+    pids = []
+    for k in range(1, processes):
+        pid = os.fork()
+        if pid == 0:  # the child: its share, then leave without the parent's cleanup
+            code = 1
+            try:
+                for folder in level[k::processes]:
+                    bare_walk(Path(folder))
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    for folder in level[0::processes]:
+        bare_walk(Path(folder))
+    failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
+    if failed:
+        raise RuntimeError(f"{len(failed)} walking process(es) failed")
     return time.perf_counter() - t
 
 

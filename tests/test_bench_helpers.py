@@ -39,3 +39,32 @@ def test_backdate_moves_mtimes_into_the_past(tmp_path: Path) -> None:
     _baselines.backdate(files, seconds=7200)
     now = time.time()
     assert all(7000 < now - os.stat(f).st_mtime < 7400 for f in files)
+
+
+def test_split_walk_covers_a_tree_of_any_depth_and_fails_loudly(tmp_path: Path) -> None:
+    # Files at every level, fewer folders than four per process at the top: the walk opens
+    # levels until it can deal folders out, statting the files above them itself.
+    for d in ("a/x", "a/y", "b", "c/z/w"):
+        (tmp_path / d).mkdir(parents=True)
+        (tmp_path / d / "f.bin").write_bytes(b"x")
+    (tmp_path / "top.bin").write_bytes(b"x")
+    for processes in (1, 2, 3):
+        assert _baselines.bare_walk_split(tmp_path, processes) > 0
+    with pytest.raises(FileNotFoundError):
+        _baselines.bare_walk_split(tmp_path / "missing", 2)
+
+
+def test_parallel_decode_loop_raises_when_a_process_fails(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from bench.build import pillow_loop_parallel
+
+    paths = []
+    for i in range(4):
+        p = tmp_path / f"{i}.jpg"
+        Image.new("RGB", (120, 100), (i * 40, 0, 0)).save(p, format="JPEG")
+        paths.append(p)
+    assert pillow_loop_parallel(paths, 2) > 0
+    paths[1].write_bytes(b"not a jpeg")  # every second file is the child's share
+    with pytest.raises(RuntimeError, match="1 decode loop process"):
+        pillow_loop_parallel(paths, 2)
