@@ -11,10 +11,10 @@ from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from pipeline.datasets.queries import version_summary
-from pipeline.datasets.version_rows import diff_maps, is_chunked, leaf_hashes, path_diff
+from pipeline.datasets.version_rows import is_chunked
 from pipeline.metadata.datasets import VersionSample
-from pipeline.metadata.driver import driver_rows
 from pipeline.metadata.store import MetadataStore
+from pipeline.ui.diff_chunks import diff_chunks, diff_chunks_sql
 from pipeline.ui.params import clamp
 from pipeline.ui.refs import resolve_pair
 
@@ -40,9 +40,9 @@ def diff_versions(
     multiply the rows of a path. ``method`` forces "sql" or "merge", for tests.
 
     When either side is chunked (manifest format 2, no ``version_samples`` rows), the leaf
-    lists are compared and only the leaves that differ are read: on SQLite with one row per
-    path, counted and paged by SQLite itself (``_diff_chunks_sql``), else classified here
-    (version_rows.diff_maps). ``method="chunks"`` forces the second, for tests.
+    lists are compared and only the leaves that differ are read (``pipeline.ui.diff_chunks``):
+    on SQLite with one row per path, counted and paged by SQLite itself, else classified in
+    Python (version_rows.diff_maps). ``method="chunks"`` forces the second, for tests.
     """
     limit, offset = clamp(limit, offset)
     with store.session() as s:
@@ -58,12 +58,12 @@ def diff_versions(
             method = "sql" if one_row_per_path else "merge"
         got = None
         if method == "chunks_sql":
-            got = _diff_chunks_sql(s, va.version_id, vb.version_id, limit, offset)
+            got = diff_chunks_sql(s, va.version_id, vb.version_id, limit, offset)
             method = "chunks" if got is None else method
         if got is not None:
             counts, pages = got
         elif method == "chunks":
-            counts, pages = _diff_chunks(s, va.version_id, vb.version_id, limit, offset)
+            counts, pages = diff_chunks(s, va.version_id, vb.version_id, limit, offset)
         elif method == "sql":
             if s.get_bind().dialect.name == "sqlite":
                 # Against its parent, the build already counted this diff (same rule, same rows).
@@ -250,148 +250,4 @@ def _diff_merge(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[di
                 )
             i += 1
             j += 1
-    return counts, pages
-
-
-# Differing leaves beyond which the SQL form leaves the work to _diff_chunks: each query binds
-# every hash up to twice, under SQLite's 32,766 bound values.
-_SQL_DIFF_LEAVES = 8000
-
-
-def _diff_chunks_sql(
-    s: Session, a: str, b: str, limit: int, offset: int
-) -> tuple[dict, dict] | None:
-    """SQLite, two chunked versions with one row per path: the leaves that differ, counted and
-    paged in SQL. With one row per path a path of ``b``'s differing leaves is either in ``a``'s
-    differing leaves or not in ``a`` at all (in a shared leaf it would be in both versions
-    there), so the diff is that of the two sets of differing leaves' rows: counts from one scan
-    and one join, pages in path order. Reading their rows into Python was most of the diff of
-    distant versions (bench/ui.py, first vs last of 100: 0.77 s). None when the lists differ
-    too much to bind."""
-    la, lb = leaf_hashes(s, a), leaf_hashes(s, b)
-    if not la or not lb:
-        return None  # a format-1 side
-    shared = set(la) & set(lb)
-    da = [h for h in la if h not in shared]
-    db = [h for h in lb if h not in shared]
-    if len(da) + len(db) > _SQL_DIFF_LEAVES:
-        return None
-    ma, mb = ", ".join("?" * len(da)) or "NULL", ", ".join("?" * len(db)) or "NULL"
-    ((in_a, in_either),) = driver_rows(
-        s,
-        f"SELECT coalesce(sum(CASE WHEN chunk_hash IN ({ma}) THEN 1 ELSE 0 END), 0), count(*) "
-        f"FROM chunk_entries WHERE chunk_hash IN ({ma}) OR chunk_hash IN ({mb})",
-        (*da, *da, *db),
-    )
-    pair = (
-        f"FROM chunk_entries b JOIN chunk_entries a ON a.path = b.path AND a.chunk_hash IN ({ma}) "
-        f"WHERE b.chunk_hash IN ({mb})"
-    )
-    differs = "(a.md5 <> b.md5 OR a.label IS NOT b.label)"
-    ((in_both, n_changed),) = driver_rows(
-        s,
-        f"SELECT count(*), coalesce(sum(CASE WHEN {differs} THEN 1 ELSE 0 END), 0) {pair}",
-        (*da, *db),
-    )
-    counts = {
-        "added": in_either - in_a - in_both,
-        "removed": in_a - in_both,
-        "changed": n_changed,
-    }
-
-    pages = {
-        "added": _page(s, db, f"LEFT JOIN chunk_entries o ON o.path = r.path AND o.chunk_hash IN ({ma})",
-                       "o.path IS NULL", da, "r.path, r.md5, r.label, r.split", counts["added"], limit, offset),
-        "removed": _page(s, da, f"LEFT JOIN chunk_entries o ON o.path = r.path AND o.chunk_hash IN ({mb})",
-                         "o.path IS NULL", db, "r.path, r.md5, r.label, r.split", counts["removed"], limit, offset),
-        "changed": _page(s, db, f"JOIN chunk_entries o ON o.path = r.path AND o.chunk_hash IN ({ma})",
-                         "(o.md5 <> r.md5 OR o.label IS NOT r.label)", da,
-                         "r.path, o.md5, r.md5, o.label, r.label, r.split", counts["changed"], limit, offset),
-    }  # fmt: skip
-    for kind, keys in _PAGE_KEYS.items():
-        pages[kind] = [dict(zip(keys, row, strict=True)) for row in pages[kind]]
-    return counts, pages
-
-
-_PAGE_KEYS = {
-    "added": ("path", "md5", "label", "split"),
-    "removed": ("path", "md5", "label", "split"),
-    "changed": ("path", "old_md5", "md5", "old_label", "label", "split"),
-}
-_PAGE_LEAVES = 16  # leaves read per query while a page fills
-_SORT_AT_MOST = 5000  # matching rows up to which a page is one sorted query
-
-
-def _page(
-    s: Session,
-    leaves: list[str],
-    join: str,
-    keep: str,
-    other: list[str],
-    cols: str,
-    total: int,
-    limit: int,
-    offset: int,
-) -> list[tuple]:
-    """One page of the rows of ``leaves`` (in version order) that ``join``/``keep`` select
-    against the other side's leaves ``other``. Leaves are in path order and a leaf's rows by
-    position, so reading the leaves in order, a few at a time, gives the rows in path order
-    with no sort, and stops once the page is full."""
-    if total <= offset:
-        return []
-    want = offset + limit
-    if total <= _SORT_AT_MOST:
-        # Few rows match (a handful of changed paths among many leaves): one query sorting
-        # only them beats reading the leaves a few at a time until the last match.
-        return driver_rows(
-            s,
-            f"SELECT {cols} FROM chunk_entries r {join} WHERE r.chunk_hash IN "
-            f"({', '.join('?' * len(leaves))}) AND {keep} ORDER BY +r.path LIMIT ? OFFSET ?",
-            (*other, *leaves, limit, offset),
-        )
-    out: list[tuple] = []
-    for i in range(0, len(leaves), _PAGE_LEAVES):
-        batch = leaves[i : i + _PAGE_LEAVES]
-        rank = {h: k for k, h in enumerate(batch)}
-        rows = driver_rows(
-            s,
-            f"SELECT r.chunk_hash, r.pos, {cols} FROM chunk_entries r {join} "
-            f"WHERE r.chunk_hash IN ({', '.join('?' * len(batch))}) AND {keep}",
-            (*other, *batch),
-        )
-        rows.sort(key=lambda row: (rank[row[0]], row[1]))
-        out.extend(row[2:] for row in rows)
-        if len(out) >= want:
-            break
-    return out[offset:want]
-
-
-def _diff_chunks(s: Session, a: str, b: str, limit: int, offset: int) -> tuple[dict, dict]:
-    """Chunked versions: the paths of the leaves that differ, classified and paged here (in
-    Python's order, as the merge)."""
-    old, new = diff_maps(s, a, b)
-    d = path_diff(old, new)
-    window = slice(offset, offset + limit)
-    counts = {kind: len(paths) for kind, paths in d.items()}
-    pages = {
-        "added": [
-            {"path": p, "md5": new[p][0], "label": new[p][1], "split": new[p][2]}
-            for p in d["added"][window]
-        ],
-        "removed": [
-            {"path": p, "md5": old[p][0], "label": old[p][1], "split": old[p][2]}
-            for p in d["removed"][window]
-        ],
-        "changed": [
-            {
-                "path": p,
-                "old_md5": old[p][0],
-                "md5": new[p][0],
-                "old_label": old[p][1],
-                "label": new[p][1],
-                "split": new[p][2],
-            }
-            for p in d["changed"][window]
-        ],
-    }
     return counts, pages

@@ -105,3 +105,56 @@ def test_diff_of_one_row_per_path_versions_in_sql_matches_a_brute_force(store, l
     assert got["counts"] == merged["counts"]
     again = data.diff_versions(store, b, b)
     assert again["counts"] == {"added": 0, "removed": 0, "changed": 0}
+
+
+def test_distant_versions_join_only_the_leaves_whose_path_ranges_meet(store, lt_env, monkeypatch):
+    """A dataset that drops its oldest files and gains new ones in every class folder (a window
+    sliding over numbered files), plus a folder only the old version has and one only the new
+    has: of the leaves that differ, only those whose path ranges meet are joined; the others
+    are counted whole as added or removed. Counts and pages equal the brute force's and the
+    Python classification's, at several page offsets."""
+    from pipeline.ui import diff_chunks
+    from tests.datasets.chunk_synth import image
+    from tests.datasets.test_queries_chunks import CLASSES
+
+    def window(lo: int, hi: int) -> list:
+        out = []
+        for c in CLASSES:
+            for i in range(lo, hi):
+                rewritten = i % 17 == 0 and lo > 0  # new bytes, or a new label, in the overlap
+                label = "yak" if i % 34 == 0 and lo > 0 and c != "yak" else c
+                out.append(image(f"pets/{c}/{i:06d}.png", label, content=f"{c}{i}{rewritten}"))
+        return out
+
+    old = window(0, 1200) + [image(f"pets/gone/{i:04d}.png", "owl") for i in range(300)]
+    new = window(1100, 2300) + [image(f"pets/zoo/{i:04d}.png", "owl") for i in range(300)]
+    a = add_version(store, lt_env / "data", "pets", old, n=1)
+    b = add_version(store, lt_env / "data", "pets", new, n=2)
+    ma, mb = first_map(old), first_map(new)
+    want = {
+        "added": sorted(mb.keys() - ma.keys()),
+        "removed": sorted(ma.keys() - mb.keys()),
+        "changed": sorted(p for p in ma.keys() & mb.keys() if ma[p][:2] != mb[p][:2]),
+    }
+    assert all(want.values())
+    met = []
+    meeting = diff_chunks._meeting
+    monkeypatch.setattr(
+        diff_chunks,
+        "_meeting",
+        lambda xs, ys, e: met.append((len(xs), r := meeting(xs, ys, e))) or r,
+    )
+    for limit, offset in ((10_000, 0), (7, 0), (50, 100), (50, len(want["added"]) - 3)):
+        got = data.diff_versions(store, a, b, limit=limit, offset=offset)
+        merged = data.diff_versions(store, a, b, limit=limit, offset=offset, method="chunks")
+        assert got["counts"] == {kind: len(paths) for kind, paths in want.items()}
+        for kind, paths in want.items():
+            shown = got["limit"]
+            assert [r["path"] for r in got[kind]] == paths[offset : offset + shown], kind
+            assert got[kind] == merged[kind], kind
+    if store.engine.dialect.name != "sqlite":
+        assert not met  # PostgreSQL classifies the differing leaves in Python
+        return
+    # Each side's differing leaves: all of them (nothing is shared), of which a few meet.
+    (n_a, oa), (n_b, ob) = met[:2]
+    assert 0 < len(oa) < n_a / 3 and 0 < len(ob) < n_b / 3, (n_a, len(oa), n_b, len(ob))
