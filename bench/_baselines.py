@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -43,24 +43,30 @@ def bare_walk_split(root: Path, processes: int) -> float:
                     else:
                         e.stat(follow_symlinks=False)
         level = below
+    in_processes(lambda k: [bare_walk(Path(folder)) for folder in level[k::processes]], processes)
+    return time.perf_counter() - t
+
+
+def in_processes(work: Callable[[int], object], processes: int) -> None:
+    """Run ``work(k)`` for k = 1 .. processes - 1 in forked children and ``work(0)`` here, all
+    at once; raise when a child failed (after all have ended)."""
     pids = []
     for k in range(1, processes):
         pid = os.fork()
         if pid == 0:  # the child: its share, then leave without the parent's cleanup
             code = 1
             try:
-                for folder in level[k::processes]:
-                    bare_walk(Path(folder))
+                work(k)
                 code = 0
             finally:
                 os._exit(code)
         pids.append(pid)
-    for folder in level[0::processes]:
-        bare_walk(Path(folder))
-    failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
+    try:
+        work(0)
+    finally:
+        failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
     if failed:
-        raise RuntimeError(f"{len(failed)} walking process(es) failed")
-    return time.perf_counter() - t
+        raise RuntimeError(f"{len(failed)} of {processes - 1} forked process(es) failed")
 
 
 def backdate(paths: Iterable[Path], seconds: float = 3600) -> None:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._baselines import backdate  # noqa: E402
+from bench._baselines import backdate, in_processes  # noqa: E402
 from bench._results import report  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / "_work" / "build"
@@ -112,21 +112,7 @@ def pillow_loop_parallel(paths: list[Path], processes: int) -> float:
     if processes < 2:
         return pillow_loop(paths)
     t = time.perf_counter()
-    pids = []
-    for k in range(1, processes):
-        pid = os.fork()
-        if pid == 0:  # the child: its share, then leave without the parent's cleanup
-            code = 1
-            try:
-                pillow_loop(paths[k::processes])
-                code = 0
-            finally:
-                os._exit(code)
-        pids.append(pid)
-    pillow_loop(paths[0::processes])
-    failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
-    if failed:
-        raise RuntimeError(f"{len(failed)} decode loop process(es) failed")
+    in_processes(lambda k: pillow_loop(paths[k::processes]), processes)
     return time.perf_counter() - t
 
 

@@ -66,5 +66,5 @@ def test_parallel_decode_loop_raises_when_a_process_fails(tmp_path: Path) -> Non
         paths.append(p)
     assert pillow_loop_parallel(paths, 2) > 0
     paths[1].write_bytes(b"not a jpeg")  # every second file is the child's share
-    with pytest.raises(RuntimeError, match="1 decode loop process"):
+    with pytest.raises(RuntimeError, match="1 of 1 forked process"):
         pillow_loop_parallel(paths, 2)
