@@ -41,15 +41,37 @@ def test_backdate_moves_mtimes_into_the_past(tmp_path: Path) -> None:
     assert all(7000 < now - os.stat(f).st_mtime < 7400 for f in files)
 
 
-def test_split_walk_covers_a_tree_of_any_depth_and_fails_loudly(tmp_path: Path) -> None:
+def test_split_walk_covers_a_tree_of_any_depth_and_fails_loudly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Files at every level, fewer folders than four per process at the top: the walk opens
-    # levels until it can deal folders out, statting the files above them itself.
-    for d in ("a/x", "a/y", "b", "c/z/w"):
-        (tmp_path / d).mkdir(parents=True)
-        (tmp_path / d / "f.bin").write_bytes(b"x")
-    (tmp_path / "top.bin").write_bytes(b"x")
-    for processes in (1, 2, 3):
-        assert _baselines.bare_walk_split(tmp_path, processes) > 0
+    # levels until it can deal folders out, statting the files above them itself. Which
+    # folders each (forked) process walked goes to a log file, appended to by all of them.
+    tree = tmp_path / "tree"
+    leaves = [f"{top}/{sub}" for top in "abc" for sub in "wxyz"]  # 12 folders, two down
+    for d in [*leaves, "c/z/deeper"]:
+        (tree / d).mkdir(parents=True)
+        (tree / d / "f.bin").write_bytes(b"x")
+    for top in "abc":
+        (tree / top / "mid.bin").write_bytes(b"x")
+    (tree / "top.bin").write_bytes(b"x")
+    log = tmp_path / "walked.log"
+    real = _baselines.bare_walk
+
+    def logged(root: Path) -> float:
+        with open(log, "a") as fh:
+            fh.write(f"{os.getpid()} {root.relative_to(tree)}\n")
+        return real(root)
+
+    monkeypatch.setattr(_baselines, "bare_walk", logged)
+    for processes in (2, 3):
+        log.write_text("")
+        assert _baselines.bare_walk_split(tree, processes) > 0
+        walked = [line.split() for line in log.read_text().splitlines()]
+        # Two levels opened (3 folders, then 12 >= 4 a process): each of the 12 walked once,
+        # subfolders included, dealt out over `processes` processes.
+        assert sorted(folder for _pid, folder in walked) == leaves
+        assert len({pid for pid, _folder in walked}) == processes
     with pytest.raises(FileNotFoundError):
         _baselines.bare_walk_split(tmp_path / "missing", 2)
 

@@ -117,12 +117,16 @@ def write_pieces(
     pieces: Sequence[Piece],
     *,
     known: Callable[[list[str]], dict[str, str]] | None = None,
+    present: chunks.Present | None = None,
 ) -> Tree:
     """Write the leaves that do not exist yet and the nodes above them (pass 2 of write_tree,
-    also the delta commit's write, which cuts only the runs of samples that changed)."""
+    also the delta commit's write, which cuts only the runs of samples that changed).
+    ``present``: which chunk files exist, as the caller read them under the same segments
+    guard (else read here)."""
     fresh = [p[0] for p in pieces if p[2] is None]
     have = known(fresh) if known is not None and fresh else {}
-    present = chunks.Present(data_root, [p[0] for p in pieces])
+    if present is None:
+        present = chunks.Present(data_root, [p[0] for p in pieces])
     leaves: list[LeafRef] = []
     new_leaves: list[tuple[LeafRef, Sequence[SampleLike]]] = []
     parts: dict[str, Sequence[SampleLike]] = {}

@@ -14,8 +14,8 @@ class OnceWriter:
     to its temp name first, then all are fdatasync'd together (durable.sync_all), then renamed
     into place (in the order added). One journal commit then carries many files' blocks
     (ext4), as with a version's own files (manifest.write_all_synced): a commit's dozen new
-    leaves cost about one disk flush, not two each. A batch is flushed at ``limit`` bytes, so a full build's leaves never sit in memory
-    together. A name that exists is reused, never rewritten; two writers of one name write the
+    leaves cost about one disk flush, not two each. A batch is flushed at ``limit`` bytes, so
+    a full build's leaves never sit in memory together. A name that exists is reused, never rewritten; two writers of one name write the
     same bytes, so whichever rename lands last is harmless."""
 
     def __init__(self, limit: int = 16 << 20) -> None:

@@ -352,6 +352,34 @@ def test_a_head_leaf_missing_its_metadata_part_falls_back_to_the_full_commit(
     assert len(open_version("pets", second.version_id, store=store)) == second.samples
 
 
+def test_a_delta_commit_reads_which_head_leaves_are_on_disk_once(store, home, monkeypatch):
+    """The reused leaves' files are listed once per delta commit: the check that they are all
+    there (delta.prepare) and the write that skips what exists (write_pieces) share it."""
+    from pipeline.datasets import chunks
+    from pipeline.datasets.build import build, delta
+
+    monkeypatch.setattr(chunks.Present, "LIST_ABOVE", 0)  # listed, as for a large head
+    first, _data, _parts = _small_leaves_version(store, home, monkeypatch)
+    made: list[int] = []
+
+    class Counted(chunks.Present):
+        def __init__(self, data_root, hashes):
+            made.append(len(hashes))
+            super().__init__(data_root, hashes)
+
+    monkeypatch.setattr(chunks, "Present", Counted)
+    prepared: list[object] = []
+    real = delta.prepare
+    monkeypatch.setattr(
+        delta, "prepare", lambda *a, **k: prepared.append(real(*a, **k)) or prepared[-1]
+    )
+    write_jpeg(home / "lake" / "pets/emu/new.jpg", seed=9_999)
+    second = build("pets", workers=1, store=store)
+    assert second is not None and second.samples == first.samples + 1
+    assert len(prepared) == 1  # the delta commit ran (no fallback)
+    assert len(made) == 1 and made[0] > 0, made
+
+
 # Cut short; two documents in one value (read as a batch, it would shift every later leaf's
 # summary by one); a document of another shape.
 @pytest.mark.parametrize("damage", ['{"n": ', '{"n": 1}, {"n": 2}', "[1, 2]"])

@@ -187,6 +187,7 @@ class DeltaVersion:
     version_id: str
     codes: dict  # manifest.merge_codes of every sample, in leaf order (for the new digest)
     head_edges: dict  # hash -> edges of the head's leaves (for the new digest's reused ones)
+    present: chunks.Present  # the reused leaves' files on disk, read once (and by the write)
 
 
 def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Since, prior, sidecar):
@@ -227,7 +228,9 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         if s.split == "train"
     }  # fmt: skip
     processed.update(processed_rows(session, rh, wanted - processed.keys(), whole_table_above=None))
-    codes = mf.merge_codes(_indexes(data_root, cutting, head_digest))
+    # Under the commit's segments guard: gc removes nothing until the version is recorded.
+    present = chunks.Present(data_root, [c[2].hash for c in cutting if c[2] is not None])
+    codes = mf.merge_codes(_indexes(data_root, cutting, head_digest, present))
     return DeltaVersion(
         changes=changes,
         samples=samples,
@@ -241,14 +244,14 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         version_id=mf.version_id_of_indexes(dataset, rh, [codes]),
         codes=codes,
         head_edges=edges,
+        present=present,
     )
 
 
-def _indexes(data_root: Path, cutting, head_digest) -> list[dict]:
+def _indexes(data_root: Path, cutting, head_digest, present: chunks.Present) -> list[dict]:
     """The new version's codes, leaf by leaf (a run of reused head leaves as one slice of the
     head's digest when there is one; else each one's index file)."""
     spans = head_digest.spans() if head_digest is not None else {}
-    present = chunks.Present(data_root, [c[2].hash for c in cutting if c[2] is not None])
     out: list[dict] = []
     run: list[int] | None = None  # [start, stop] of the digest rows being taken
     for _h, _size, reused, part in cutting:
@@ -361,7 +364,7 @@ def write_manifest(writer, delta: DeltaVersion, dataset, recipe, parent, session
     from pipeline.datasets.build.writer import invalid_bytes
     from pipeline.datasets.quality.compute import compute_report
 
-    tree = writer.pieces(data_root, delta.pieces, known_leaves(session))
+    tree = writer.pieces(data_root, delta.pieces, known_leaves(session), present=delta.present)
     leaf_sums = summaries.for_tree(
         session,
         tree,

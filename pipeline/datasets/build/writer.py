@@ -16,7 +16,7 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets.build.values import (
     _Sample,
 )
-from pipeline.datasets.chunks import META_SUFFIX, LeafRef, Tree, chunk_relpath
+from pipeline.datasets.chunks import META_SUFFIX, LeafRef, Present, Tree, chunk_relpath
 from pipeline.datasets.chunkwrite import Piece, write_pieces, write_tree
 from pipeline.datasets.crash_points import pause_hook
 from pipeline.storage.durable import fsync_dir
@@ -70,9 +70,11 @@ class VersionWriter:
         data_root: Path,
         pieces: Sequence[Piece],
         known: Callable[[list[str]], dict[str, str]] | None = None,
+        present: Present | None = None,
     ) -> Tree:
-        """The delta commit's chunks: leaves already cut (build/delta.py)."""
-        return self._listed(write_pieces(data_root, pieces, known=known))
+        """The delta commit's chunks: leaves already cut (build/delta.py); ``present``, the
+        reused leaves' files as the delta read them."""
+        return self._listed(write_pieces(data_root, pieces, known=known, present=present))
 
     def _listed(self, tree: Tree) -> Tree:
         pause_hook("chunks_written")
