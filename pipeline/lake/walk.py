@@ -1,4 +1,5 @@
-"""Walk a lake with ``os.scandir``, stat only: nothing is opened and nothing is written.
+"""Walk a lake with ``os.scandir``, stat only: no file is opened and nothing is written (a
+folder is opened read-only to be listed, so that its files are statted by name relative to it).
 
 The walk sorts every entry into one of: a candidate file (with its stat key), a file still
 settling, a refused entry (symlink escaping the lake, special file) or an unlistable folder.
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from pipeline.lake.walk_split import KeySource
 
 IGNORED_SUFFIXES = (".tmp", ".part")
+# How _walk_dir opens a folder to list it: read-only, and only if it is one.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 
 
 class StatKey(NamedTuple):
@@ -225,70 +228,84 @@ def _walk_dir(
         while stack:
             folder, rel = stack.pop()
             try:
-                with os.scandir(folder) as it:
-                    entries = list(it)
+                # Listed through a descriptor: each entry's stat is then an fstatat of its bare
+                # name, not a lookup of every component of its absolute path (bench/scan.py).
+                # The descriptor stays open until the folder's last stat.
+                fd = os.open(folder, _DIR_FLAGS)
             except OSError as exc:
                 yield Unlistable(escape_path(rel), f"cannot list folder: {exc.strerror or exc}")
                 continue
+            try:
+                with os.scandir(fd) as it:
+                    entries = list(it)
+            except OSError as exc:
+                os.close(fd)
+                yield Unlistable(escape_path(rel), f"cannot list folder: {exc.strerror or exc}")
+                continue
             rel_utf8 = is_utf8(rel)
-            for entry in entries:
-                name = entry.name
-                relpath = f"{rel}/{name}"
-                try:
-                    # One d_type check for a regular file, the common case; a folder or a
-                    # link or a special file takes the second.
-                    if entry.is_file(follow_symlinks=False):
-                        link = False
-                    elif entry.is_dir(follow_symlinks=False):
-                        if name[0] not in "._":
-                            push((entry.path, relpath))
-                        continue
-                    else:
-                        link = entry.is_symlink()
-                    if name[0] == "." or name.endswith(IGNORED_SUFFIXES):
-                        continue
-                    if not (rel_utf8 and (name.isascii() or is_utf8(name))):
-                        # Before the settle check: the verdict does not depend on the bytes.
-                        yield Refused(escape_path(relpath), NOT_UTF8_REASON)
-                        continue
-                    if link:
-                        verdict = _check_symlink(root, entry.path, relpath)
-                        if verdict is not None:
-                            yield verdict
+            try:
+                for entry in entries:
+                    name = entry.name
+                    relpath = f"{rel}/{name}"
+                    try:
+                        # One d_type check for a regular file, the common case; a folder or a
+                        # link or a special file takes the second.
+                        if entry.is_file(follow_symlinks=False):
+                            link = False
+                        elif entry.is_dir(follow_symlinks=False):
+                            if name[0] not in "._":
+                                push((f"{folder}/{name}", relpath))
                             continue
-                        st = os.stat(entry.path)
-                    else:
-                        st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # vanished between listing and stat: not there this round
-                except OSError as exc:
-                    yield Refused(escape_path(relpath), f"cannot stat: {exc.strerror or exc}")
-                    continue
-                if not is_reg(st.st_mode):
-                    yield Refused(
-                        relpath, f"special file ({_kind(st.st_mode)}), not a regular file"
-                    )
-                    continue
-                mtime = st.st_mtime_ns
-                row = pop(relpath, None)
-                if now_ns - mtime < settle_ns:
-                    yield Settling(relpath)  # popped: it exists, it is just not ready
-                    continue
-                if row is not None:
-                    if (
-                        row[1] == st.st_size
-                        and row[2] == mtime
-                        and row[3] == st.st_ctime_ns
-                        and row[4] == st.st_ino
-                    ):
-                        unchanged += 1
-                        if "\\" in relpath:
-                            fast.matched_escapable.add(relpath)  # type: ignore[union-attr]
+                        else:
+                            link = entry.is_symlink()
+                        if name[0] == "." or name.endswith(IGNORED_SUFFIXES):
+                            continue
+                        if not (rel_utf8 and (name.isascii() or is_utf8(name))):
+                            # Before the settle check: the verdict does not depend on the bytes.
+                            yield Refused(escape_path(relpath), NOT_UTF8_REASON)
+                            continue
+                        if link:
+                            verdict = _check_symlink(root, f"{folder}/{name}", relpath)
+                            if verdict is not None:
+                                yield verdict
+                                continue
+                            st = os.stat(name, dir_fd=fd)
+                        else:
+                            st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # vanished between listing and stat: not there this round
+                    except OSError as exc:
+                        yield Refused(escape_path(relpath), f"cannot stat: {exc.strerror or exc}")
                         continue
-                    stale[relpath] = row
-                yield Candidate(
-                    relpath, entry.path, StatKey(st.st_size, mtime, st.st_ctime_ns, st.st_ino)
-                )
+                    if not is_reg(st.st_mode):
+                        yield Refused(
+                            relpath, f"special file ({_kind(st.st_mode)}), not a regular file"
+                        )
+                        continue
+                    mtime = st.st_mtime_ns
+                    row = pop(relpath, None)
+                    if now_ns - mtime < settle_ns:
+                        yield Settling(relpath)  # popped: it exists, it is just not ready
+                        continue
+                    if row is not None:
+                        if (
+                            row[1] == st.st_size
+                            and row[2] == mtime
+                            and row[3] == st.st_ctime_ns
+                            and row[4] == st.st_ino
+                        ):
+                            unchanged += 1
+                            if "\\" in relpath:
+                                fast.matched_escapable.add(relpath)  # type: ignore[union-attr]
+                            continue
+                        stale[relpath] = row
+                    yield Candidate(
+                        relpath,
+                        f"{folder}/{name}",
+                        StatKey(st.st_size, mtime, st.st_ctime_ns, st.st_ino),
+                    )
+            finally:
+                os.close(fd)
     finally:
         if fast is not None:
             fast.unchanged += unchanged

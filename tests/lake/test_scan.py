@@ -37,11 +37,18 @@ def test_new_file_is_hashed_and_recorded(store, lake):
 
 
 _opened: list[str] = []
+_listed: list[str] = []
 
 
 def _audit(event: str, args: tuple) -> None:
+    # ("open", (path, mode, flags)): a folder opened to be listed (O_DIRECTORY, read-only) is
+    # not a file read; it is kept apart so that the test can check it is nothing more.
     if event == "open" and isinstance(args[0], str):
-        _opened.append(args[0])
+        flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+        if flags & os.O_DIRECTORY and flags & (os.O_WRONLY | os.O_RDWR) == 0:
+            _listed.append(args[0])
+        else:
+            _opened.append(args[0])
 
 
 sys.addaudithook(_audit)
@@ -52,9 +59,13 @@ def test_unchanged_files_are_not_opened(store, lake):
         write(lake / "ds" / f"{i}.bin", f"file {i}")
     scan(lake, store=store, workers=1)
     _opened.clear()
+    _listed.clear()
     result = scan(lake, store=store, workers=1)
     assert result.unchanged == 5 and not result.has_content_changes and result.bytes_hashed == 0
     assert not [p for p in _opened if p.startswith(str(lake))]
+    # Only the dataset folder was opened, to be listed: none of its files.
+    root = os.path.realpath(lake)
+    assert [p for p in _listed if p.startswith(root)] == [os.path.join(root, "ds")]
 
 
 def test_same_size_modification_is_a_change(store, lake):

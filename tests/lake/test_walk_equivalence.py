@@ -305,3 +305,23 @@ def test_folders_that_cannot_be_listed_or_stat_ed_match_too(seed):
             if folder.is_dir() and not folder.is_symlink():
                 folder.chmod(0o777)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
+def test_the_walk_leaves_no_folder_open(tmp_path):
+    """Each folder is listed through a descriptor held until its last stat: a walk run to the
+    end, and one closed after its first entries, leave none of them open."""
+    lake, known = make_tree(tmp_path, 3)
+    before = _open_fds()
+    entries = list(walk_lake(lake, settle_seconds=SETTLE_S, fast=FastPath(dict(known))))
+    assert len(entries) > 3 and _open_fds() == before
+    walk = walk_lake(lake, settle_seconds=SETTLE_S, fast=FastPath(dict(known)))
+    for _ in range(3):
+        next(walk)
+    assert len(_open_fds()) > len(before)  # mid-folder: its descriptor is open
+    walk.close()
+    assert _open_fds() == before
