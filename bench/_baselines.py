@@ -10,27 +10,42 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
-def bare_walk(root: Path) -> float:
-    """Baseline: os.scandir + stat of every file, what any rescan must at least do (seconds)."""
+def bare_walk(root: Path, *, by_descriptor: bool = False) -> float:
+    """Baseline: os.scandir + stat of every file, what any rescan must at least do (seconds).
+    ``by_descriptor``: each folder opened and listed through its descriptor, so that each stat
+    is an fstatat of the bare name, as the scan's walk lists (pipeline.lake.walk)."""
     t = time.perf_counter()
     stack = [str(root)]
     while stack:
-        with os.scandir(stack.pop()) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
-                else:
-                    e.stat(follow_symlinks=False)
+        folder = stack.pop()
+        if not by_descriptor:
+            with os.scandir(folder) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        e.stat(follow_symlinks=False)
+            continue
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with os.scandir(fd) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(f"{folder}/{e.name}")
+                    else:
+                        e.stat(follow_symlinks=False)
+        finally:
+            os.close(fd)
     return time.perf_counter() - t
 
 
-def bare_walk_split(root: Path, processes: int) -> float:
+def bare_walk_split(root: Path, processes: int, *, by_descriptor: bool = False) -> float:
     """The same walk with the folders spread over ``processes`` forked processes (the parent
     walks one share): what a scan that splits its walk over the cores must at least do. The
     tree is opened level by level until there are at least four folders per process, and
     those are dealt out in turn; the files above them are statted by the parent."""
     if processes < 2:
-        return bare_walk(root)
+        return bare_walk(root, by_descriptor=by_descriptor)
     t = time.perf_counter()
     level = [str(root)]
     while level and len(level) < 4 * processes:
@@ -43,7 +58,12 @@ def bare_walk_split(root: Path, processes: int) -> float:
                     else:
                         e.stat(follow_symlinks=False)
         level = below
-    in_processes(lambda k: [bare_walk(Path(folder)) for folder in level[k::processes]], processes)
+    in_processes(
+        lambda k: [
+            bare_walk(Path(folder), by_descriptor=by_descriptor) for folder in level[k::processes]
+        ],
+        processes,
+    )
     return time.perf_counter() - t
 
 

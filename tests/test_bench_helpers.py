@@ -4,6 +4,7 @@ figures table and back-dating generated files."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -58,10 +59,10 @@ def test_split_walk_covers_a_tree_of_any_depth_and_fails_loudly(
     log = tmp_path / "walked.log"
     real = _baselines.bare_walk
 
-    def logged(root: Path) -> float:
+    def logged(root: Path, **kw: bool) -> float:
         with open(log, "a") as fh:
             fh.write(f"{os.getpid()} {root.relative_to(tree)}\n")
-        return real(root)
+        return real(root, **kw)
 
     monkeypatch.setattr(_baselines, "bare_walk", logged)
     for processes in (2, 3):
@@ -74,6 +75,33 @@ def test_split_walk_covers_a_tree_of_any_depth_and_fails_loudly(
         assert len({pid for pid, _folder in walked}) == processes
     with pytest.raises(FileNotFoundError):
         _baselines.bare_walk_split(tmp_path / "missing", 2)
+
+
+_dirs_opened: list[str] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "open" and isinstance(args[0], str) and args[2] & os.O_DIRECTORY:
+        _dirs_opened.append(args[0])
+
+
+sys.addaudithook(_audit)
+
+
+def test_the_walk_by_descriptor_lists_each_folder_through_its_own(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    folders = ["a", "a/b", "a/b/c", "d"]
+    for d in folders:
+        (tree / d).mkdir(parents=True)
+        (tree / d / "f.bin").write_bytes(b"x")
+    _dirs_opened.clear()
+    _baselines.bare_walk(tree)
+    assert not _dirs_opened  # by path: os.scandir of each folder's name
+    _baselines.bare_walk(tree, by_descriptor=True)
+    opened = sorted(os.path.relpath(p, tree) for p in _dirs_opened)
+    assert opened == sorted([".", *folders])
+    with pytest.raises(FileNotFoundError):
+        _baselines.bare_walk(tmp_path / "missing", by_descriptor=True)
 
 
 def test_parallel_decode_loop_raises_when_a_process_fails(tmp_path: Path) -> None:

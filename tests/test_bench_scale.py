@@ -26,6 +26,7 @@ def test_scale_bench_runs_every_step_at_a_tiny_size(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     for row in ("**incremental, end to end (target <= 5 s)**", "no-change rebuild / bare walk",
                 "the same walk split over 1 processes", "floor of an increment here",
+                "the split walk listing each folder through a descriptor",
                 "**diff of the two consecutive versions (target <= 1 s)**",
                 "**contains by md5 (target <= 50 ms)**", "peak RSS"):  # fmt: skip
         assert row in proc.stdout

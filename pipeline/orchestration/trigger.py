@@ -4,7 +4,7 @@ with one listing per poll (an ``s3://`` lake).
 It lives in an importable package (not in ``dags/``) because the triggerer imports triggers by
 class path and never sees the dags folder.
 
-Every ``poll_seconds`` it walks the lake (``walk_lake``: ``os.scandir`` + stat, nothing is
+Every ``poll_seconds`` it walks the lake (``walk_lake``: ``os.scandir`` + stat, no file is
 opened or hashed) and reduces each dataset folder to a fingerprint: a hash of the sorted
 (path, size, mtime_ns, ctime_ns, inode) of its settled files. A dataset whose fingerprint moved
 since the last event is *changed*. One scan that saw settled changes yields ONE event whose
