@@ -17,26 +17,23 @@ def bare_walk(root: Path, *, by_descriptor: bool = False) -> float:
     t = time.perf_counter()
     stack = [str(root)]
     while stack:
-        folder = stack.pop()
-        if not by_descriptor:
-            with os.scandir(folder) as it:
-                for e in it:
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-                    else:
-                        e.stat(follow_symlinks=False)
-            continue
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            with os.scandir(fd) as it:
-                for e in it:
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(f"{folder}/{e.name}")
-                    else:
-                        e.stat(follow_symlinks=False)
-        finally:
-            os.close(fd)
+        _stat_files(stack.pop(), stack, by_descriptor=by_descriptor)
     return time.perf_counter() - t
+
+
+def _stat_files(folder: str, subfolders: list[str], *, by_descriptor: bool = False) -> None:
+    """Stat every file of ``folder``; append its subfolders' paths to ``subfolders``."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY) if by_descriptor else None
+    try:
+        with os.scandir(folder if fd is None else fd) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    subfolders.append(f"{folder}/{e.name}")
+                else:
+                    e.stat(follow_symlinks=False)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def bare_walk_split(root: Path, processes: int, *, by_descriptor: bool = False) -> float:
@@ -49,14 +46,9 @@ def bare_walk_split(root: Path, processes: int, *, by_descriptor: bool = False) 
     t = time.perf_counter()
     level = [str(root)]
     while level and len(level) < 4 * processes:
-        below = []
+        below: list[str] = []
         for folder in level:
-            with os.scandir(folder) as it:
-                for e in it:
-                    if e.is_dir(follow_symlinks=False):
-                        below.append(e.path)
-                    else:
-                        e.stat(follow_symlinks=False)
+            _stat_files(folder, below)
         level = below
     in_processes(
         lambda k: [
