@@ -1,6 +1,6 @@
 """Datasets page / JSON API benchmark: 100 versions of 100,000 samples each (10 M samples).
 
-Two stores of the same versions, side by side: ``chunked`` (how versions are recorded now:
+Two stores of the same versions, side by side and open at once: ``chunked`` (how versions are recorded now:
 content-addressed leaves, ``chunks`` / ``chunk_entries`` rows for each distinct leaf and a
 ``version_chunks`` row per leaf per version; written with pipeline.datasets.chunks and
 recorded with the commit's own chunkrows.record_tree, the parent's leaves offered as a commit
@@ -12,9 +12,10 @@ The rows store is filled directly with bulk inserts of synthetic rows shaped lik
 each version keeps the previous one's paths but drops 1,000, adds 1,000 and rewrites 100 (so
 consecutive versions differ like real ones), has 3 training runs, and a manifest with its
 per-split class counts. Then each endpoint of the app (FastAPI TestClient, auth stubbed: auth
-is not what is measured) is timed against a baseline measured in the same run: the bare SQL
-that any implementation must at least run for the same answer (a count or the same indexed
-lookup, no ORM, no JSON, no HTML). The ratio is endpoint / baseline.
+is not what is measured) is timed on both stores in turns, round by round, so that the
+machine's load moves both alike, and on the rows store against the bare SQL that any
+implementation must at least run for the same answer (a count or the same indexed lookup, no
+ORM, no JSON, no HTML).
 
 Also counted: SQL statements per request (must not grow with the page size: no N+1).
 
@@ -33,6 +34,9 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,6 +58,27 @@ def median_ms(fn, repeat: int) -> float:
     return statistics.median(times) * 1000
 
 
+def paired_ms(fns: dict[str, Callable[[], object]], repeat: int) -> tuple[dict[str, float], list]:
+    """Each of ``fns`` timed ``repeat`` times, taking turns within each round (the order
+    reversed every other round), so that the machine's load moves them all alike: the median
+    ms of each, and the per-round ratios of the second to the first (two of them)."""
+    for fn in fns.values():
+        fn()  # warm caches once
+    names = list(fns)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeat):
+        for name in names if r % 2 == 0 else names[::-1]:
+            t = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t)
+    ratios = (
+        [b / a for a, b in zip(times[names[0]], times[names[1]], strict=True)]
+        if len(names) == 2
+        else []
+    )
+    return {name: statistics.median(ts) * 1000 for name, ts in times.items()}, ratios
+
+
 def store_bytes(store) -> int:
     from sqlalchemy import text
 
@@ -64,9 +89,20 @@ def store_bytes(store) -> int:
         return int(pages * conn.execute(text("PRAGMA page_size")).scalar())
 
 
-def run(
-    backend: str, versions: int, samples: int, repeat: int, layout: str = "rows"
-) -> tuple[list[tuple], dict]:
+@dataclass
+class Layout:
+    """One populated store and the app on it: every case as (name, request, bare SQL)."""
+
+    name: str
+    store: object
+    cases: list[tuple[str, Callable[[], object], Callable[[], object]]]
+    statements: dict[str, int]
+    ids: list[str]
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def open_layout(backend: str, versions: int, samples: int, layout: str) -> Iterator[Layout]:
     from fastapi.testclient import TestClient
     from sqlalchemy import event, text
 
@@ -88,11 +124,11 @@ def run(
     store = MetadataStore(url)
     try:
         t = time.perf_counter()
-        shutil.rmtree(WORK / "data", ignore_errors=True)
         ids = populate(store, versions, samples, layout)
         fill_s = time.perf_counter() - t
-        size = store_bytes(store)
-        chunk_files = sum(p.stat().st_size for p in (WORK / "data").rglob("*") if p.is_file())
+        chunk_files = 0
+        if layout == "chunked":
+            chunk_files = sum(p.stat().st_size for p in (WORK / "data").rglob("*") if p.is_file())
         client = TestClient(create_app(lambda: None, get_store=lambda: store))
         statements = {"n": 0}
         event.listen(
@@ -116,107 +152,14 @@ def run(
 
             return go
 
-        mid, nxt, last, first = ids[versions // 2], ids[versions // 2 + 1], ids[-1], ids[0]
-        probe_i = versions // 2 * CHURN + samples // 2
-        anti = (
-            "SELECT count(*) FROM version_samples b LEFT JOIN version_samples a "
-            "ON a.version_id = :a AND a.path = b.path WHERE b.version_id = :b AND a.id IS NULL"
-        )
-        cases = [
-            (
-                "list versions, page of 25 (+ runs)",
-                api("/api/versions", limit=25),
-                raw("SELECT * FROM dataset_versions ORDER BY created_at DESC LIMIT 25"),
-            ),
-            (
-                "list versions, last page",
-                api("/api/versions", limit=25, offset=max(0, versions - 25)),
-                raw(
-                    "SELECT * FROM dataset_versions ORDER BY created_at DESC LIMIT 25 OFFSET :o",
-                    o=max(0, versions - 25),
-                ),
-            ),
-            (
-                "datasets",
-                api("/api/datasets"),
-                raw("SELECT dataset, count(*) FROM dataset_versions GROUP BY dataset"),
-            ),
-            (
-                "index page (HTML)",
-                api("/"),
-                raw("SELECT * FROM dataset_versions ORDER BY created_at DESC LIMIT 25"),
-            ),
-            (
-                "version detail",
-                api(f"/api/versions/{mid}"),
-                raw("SELECT * FROM dataset_versions WHERE version_id = :v", v=mid),
-            ),
-            (
-                "version page (HTML)",
-                api(f"/versions/{mid}"),
-                raw("SELECT * FROM dataset_versions WHERE version_id = :v", v=mid),
-            ),
-            (
-                "diff, consecutive versions",
-                api(f"/api/versions/{mid}/diff/{nxt}"),
-                raw(anti, a=mid, b=nxt),
-            ),
-            (
-                "diff, first vs last",
-                api(f"/api/versions/{first}/diff/{last}"),
-                raw(anti, a=first, b=last),
-            ),
-            ("diff page (HTML)", api("/diff", a=mid, b=nxt), raw(anti, a=mid, b=nxt)),
-            (
-                "contains, by md5",
-                api("/api/contains", q=md5_hex(probe_i)),
-                raw("SELECT version_id FROM version_samples WHERE md5 = :m", m=md5_hex(probe_i)),
-            ),
-            (
-                "contains, by path",
-                api("/api/contains", q=path_of(probe_i)),
-                raw("SELECT version_id FROM version_samples WHERE path = :p", p=path_of(probe_i)),
-            ),
-        ]
-        # The floor of any request through this app and client, whatever it reads.
-        floor = median_ms(api("/static/style.css"), repeat * 3)
-        print(
-            f"  {backend:10} floor (a static file through the same app): {floor:.1f} ms", flush=True
-        )
-        results = []
-        for name, project, baseline in cases:
-            statements["n"] = 0
-            project()
-            n_sql = statements["n"]
-            p = median_ms(project, repeat)
-            # The bare SQL reads version_samples: a baseline of the rows layout only.
-            b = median_ms(baseline, repeat) if layout == "rows" else float("nan")
-            results.append((name, p, b, p / b if b == b and b else float("nan"), n_sql))
-            print(
-                f"  {backend:10} {layout:8} {name:38} {p:9.1f} ms  baseline {b:8.1f} ms  sql={n_sql}",
-                flush=True,
-            )
-        # The store engineer's diff (whole path lists into Python) for comparison.
-        from pipeline.datasets import queries
-        from pipeline.ui import data
-
-        # In-process, no HTTP: first vs last (no stored counts to lean on) both ways.
-        reps = max(1, repeat // 2)
-        q = median_ms(lambda: queries.diff_versions(first, last, store=store, limit=100), reps)
-        ours = median_ms(lambda: data.diff_versions(store, first, last), reps)
+        cases = [("a request that reads nothing (the stylesheet)", api("/static/style.css"), None)]
+        cases += _cases(ids, versions, samples, api, raw)
         extra = {
             "fill_s": fill_s,
-            "queries_diff_ms": q,
-            "ui_diff_ms": ours,
-            "floor_ms": floor,
-            "store_bytes": size,
+            "store_bytes": store_bytes(store),
             "chunk_file_bytes": chunk_files,
         }
-        print(
-            f"  {backend:10} populate {versions}x{samples}: {fill_s:.1f} s; in-process diff first vs last: "
-            f"pipeline.ui.data {ours:.1f} ms, queries.diff_versions (python merge) {q:.1f} ms"
-        )
-        return results, extra
+        yield Layout(layout, store, cases, statements, ids, extra)
     finally:
         store.dispose()
         if pg_db:
@@ -226,11 +169,102 @@ def run(
                 c.execute(f'DROP DATABASE IF EXISTS "{pg_db}" WITH (FORCE)')
 
 
+def _cases(ids: list[str], versions: int, samples: int, api, raw) -> list[tuple]:
+    mid, nxt, last, first = ids[versions // 2], ids[versions // 2 + 1], ids[-1], ids[0]
+    probe_i = versions // 2 * CHURN + samples // 2
+    anti = (
+        "SELECT count(*) FROM version_samples b LEFT JOIN version_samples a "
+        "ON a.version_id = :a AND a.path = b.path WHERE b.version_id = :b AND a.id IS NULL"
+    )
+    page = "SELECT * FROM dataset_versions ORDER BY created_at DESC LIMIT 25"
+    one = "SELECT * FROM dataset_versions WHERE version_id = :v"
+    return [
+        ("list versions, page of 25 (+ runs)", api("/api/versions", limit=25), raw(page)),
+        (
+            "list versions, last page",
+            api("/api/versions", limit=25, offset=max(0, versions - 25)),
+            raw(page + " OFFSET :o", o=max(0, versions - 25)),
+        ),
+        (
+            "datasets",
+            api("/api/datasets"),
+            raw("SELECT dataset, count(*) FROM dataset_versions GROUP BY dataset"),
+        ),
+        ("index page (HTML)", api("/"), raw(page)),
+        ("version detail", api(f"/api/versions/{mid}"), raw(one, v=mid)),
+        ("version page (HTML)", api(f"/versions/{mid}"), raw(one, v=mid)),
+        (
+            "diff, consecutive versions",
+            api(f"/api/versions/{mid}/diff/{nxt}"),
+            raw(anti, a=mid, b=nxt),
+        ),
+        (
+            "diff, first vs last",
+            api(f"/api/versions/{first}/diff/{last}"),
+            raw(anti, a=first, b=last),
+        ),
+        ("diff page (HTML)", api("/diff", a=mid, b=nxt), raw(anti, a=mid, b=nxt)),
+        (
+            "contains, by md5",
+            api("/api/contains", q=md5_hex(probe_i)),
+            raw("SELECT version_id FROM version_samples WHERE md5 = :m", m=md5_hex(probe_i)),
+        ),
+        (
+            "contains, by path",
+            api("/api/contains", q=path_of(probe_i)),
+            raw("SELECT version_id FROM version_samples WHERE path = :p", p=path_of(probe_i)),
+        ),
+    ]
+
+
+def run(backend: str, layouts: list[Layout], repeat: int) -> list[tuple]:
+    """Every case on every layout, the layouts taking turns (paired_ms); per case: (name,
+    {layout: ms}, bare SQL ms on the rows store, chunked/rows ratios per round, statements
+    per request on each layout)."""
+    results = []
+    for k, (name, *_rest) in enumerate(layouts[0].cases):
+        n_sql = {}
+        for lay in layouts:
+            lay.statements["n"] = 0
+            lay.cases[k][1]()
+            n_sql[lay.name] = lay.statements["n"]
+        # The stylesheet is the floor of any request: timed more often, being cheap.
+        reps = repeat * 3 if layouts[0].cases[k][2] is None else repeat
+        ms, ratios = paired_ms({lay.name: lay.cases[k][1] for lay in layouts}, reps)
+        rows = next((lay for lay in layouts if lay.name == "rows"), None)
+        # The bare SQL reads version_samples: a baseline of the rows layout only.
+        bare = median_ms(rows.cases[k][2], repeat) if rows and rows.cases[k][2] else float("nan")
+        results.append((name, ms, bare, ratios, n_sql))
+        print(f"  {backend:10} {name:46} " + "  ".join(f"{a} {b:8.1f} ms" for a, b in ms.items())
+              + f"  bare {bare:7.1f} ms  sql={n_sql}", flush=True)  # fmt: skip
+    # In-process, no HTTP: first vs last (no stored counts to lean on), the store engineer's
+    # diff (whole path lists into Python) beside the UI's.
+    from pipeline.datasets import queries
+    from pipeline.ui import data
+
+    for lay in layouts:
+        first, last, store = lay.ids[0], lay.ids[-1], lay.store
+        reps = max(1, repeat // 2)
+        lay.extra["queries_diff_ms"] = median_ms(
+            lambda a=first, b=last, st=store: queries.diff_versions(a, b, store=st, limit=100),
+            reps,
+        )
+        lay.extra["ui_diff_ms"] = median_ms(
+            lambda a=first, b=last, st=store: data.diff_versions(st, a, b), reps
+        )
+    return results
+
+
+def _quartiles(ratios: list[float]) -> tuple[float, float, float]:
+    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return q1, statistics.median(ratios), q3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--versions", type=int, default=100)
     ap.add_argument("--samples", type=int, default=100_000)
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="sqlite")
     ap.add_argument("--layout", choices=["rows", "chunked", "both"], default="both")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
@@ -238,50 +272,62 @@ def main() -> None:
     if args.versions < 3 or args.samples <= CHURN:
         ap.error(f"--versions must be >= 3 and --samples > {CHURN}")
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
-    layouts = ["rows", "chunked"] if args.layout == "both" else [args.layout]
+    names = ["rows", "chunked"] if args.layout == "both" else [args.layout]
     lines = [
         f"{args.versions} versions × {args.samples:,} samples ({args.versions * args.samples:,} samples "
-        f"in all), 3 runs per version; median of {args.repeat}. The same versions in two stores: "
+        f"in all), 3 runs per version. The same versions in two stores, both open at once: "
         "`rows` (a `version_samples` row per sample per version, the layout before chunks) and "
-        "`chunked` (how a commit records versions now). Baseline of the rows store: the bare SQL "
-        "of the same lookup (rows of the page / the anti-join count / the indexed md5 or path "
-        "lookup); of the chunked store: the same request on the rows store (target: no worse). "
-        "`sql` = statements per request (constant in the page size: no N+1).",
+        "`chunked` (how a commit records versions now). Each request runs "
+        f"{args.repeat} rounds, the two stores taking turns within each round (in alternating "
+        "order), so that the machine's load moves both alike; ms are medians, and **chunked / "
+        "rows** is the median of the per-round ratios, with their quartiles. A page is worse on "
+        "the chunked store when even its lower quartile is above 1 (slower in at least three "
+        "rounds of four). Baseline of the rows store: the bare SQL of the same lookup (rows of "
+        "the page / the anti-join count / the indexed md5 or path lookup). `sql` = statements "
+        "per request (constant in the page size: no N+1).",
         "",
-        "| backend | request | rows ms | bare SQL ms | chunked ms | **chunked / rows** | sql (chunked) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| backend | request | rows ms | bare SQL ms | chunked ms | **chunked / rows** "
+        "(quartiles) | target: no worse | sql (chunked) |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
     ]
-    notes = []
-    sizes = []
+    notes: list[str] = []
+    sizes: list[str] = []
     for backend in backends:
-        got = {lay: run(backend, args.versions, args.samples, args.repeat, lay) for lay in layouts}
-        rows_r = {r[0]: r for r in got["rows"][0]} if "rows" in got else {}
-        chunk_r = {r[0]: r for r in got["chunked"][0]} if "chunked" in got else {}
-        for name in rows_r or chunk_r:
-            a = rows_r.get(name)
-            c = chunk_r.get(name)
-            ratio = f"**{c[1] / a[1]:.2f}x**" if a and c else "-"
+        shutil.rmtree(WORK / "data", ignore_errors=True)  # the chunked store's leaf files
+        with ExitStack() as stack:
+            layouts = [
+                stack.enter_context(open_layout(backend, args.versions, args.samples, name))
+                for name in names
+            ]
+            results = run(backend, layouts, args.repeat)
+        for name, ms, bare, ratios, n_sql in results:
+            if ratios:
+                q1, q2, q3 = _quartiles(ratios)
+                ratio = f"**{q2:.2f}x** ({q1:.2f}-{q3:.2f})"
+                verdict = "-" if name.startswith("a request") else ("WORSE" if q1 > 1 else "MET")
+            else:
+                ratio, verdict = "-", "-"
             lines.append(
-                f"| {backend} | {name} | {a[1] if a else float('nan'):.1f} | "
-                f"{a[2] if a else float('nan'):.1f} | {c[1] if c else float('nan'):.1f} | "
-                f"{ratio} | {(c or a)[4]} |"
+                f"| {backend} | {name} | {ms.get('rows', float('nan')):.1f} | {bare:.1f} | "
+                f"{ms.get('chunked', float('nan')):.1f} | {ratio} | {verdict} | "
+                f"{n_sql.get('chunked', n_sql.get('rows'))} |"
             )
-        for lay, (_, extra) in got.items():
+        for lay in layouts:
+            extra = lay.extra
             notes.append(
-                f"- {backend}, {lay}: populate {extra['fill_s']:.0f} s; store "
+                f"- {backend}, {lay.name}: populate {extra['fill_s']:.0f} s; store "
                 f"{extra['store_bytes'] / 1e6:,.0f} MB"
                 + (
                     f" (+ {extra['chunk_file_bytes'] / 1e6:,.0f} MB of chunk files under DATA_ROOT)"
-                    if lay == "chunked"
+                    if lay.name == "chunked"
                     else ""
                 )
-                + f"; a request that reads nothing (the stylesheet) costs {extra['floor_ms']:.1f} ms "
-                f"through the same app and client; in-process (no HTTP), first vs last: "
+                + f"; in-process (no HTTP), first vs last: "
                 f"`pipeline.ui.data.diff_versions` {extra['ui_diff_ms']:.0f} ms, "
                 f"`queries.diff_versions` {extra['queries_diff_ms']:.0f} ms."
             )
-        if len(got) == 2:
-            r_b, c_b = got["rows"][1]["store_bytes"], got["chunked"][1]["store_bytes"]
+        if len(layouts) == 2:
+            r_b, c_b = (lay.extra["store_bytes"] for lay in layouts)
             sizes.append(
                 f"| {backend} | {r_b / 1e6:,.0f} MB | {c_b / 1e6:,.0f} MB | **{c_b / r_b * 100:.1f} %** "
                 f"{'MET' if c_b <= 0.1 * r_b else 'MISSED'} |"
