@@ -118,3 +118,28 @@ def test_parallel_decode_loop_raises_when_a_process_fails(tmp_path: Path) -> Non
     paths[1].write_bytes(b"not a jpeg")  # every second file is the child's share
     with pytest.raises(RuntimeError, match="1 of 1 forked process"):
         pillow_loop_parallel(paths, 2)
+
+
+def test_paired_timing_takes_turns_and_reports_per_round_ratios(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench import ui
+
+    # A clock that only the timed functions move: "rows" costs 2 units, "chunked" 3.
+    now = [0.0]
+    calls: list[str] = []
+
+    def timed(name: str, cost: float):
+        def go() -> None:
+            calls.append(name)
+            now[0] += cost
+
+        return go
+
+    monkeypatch.setattr(ui.time, "perf_counter", lambda: now[0])
+    ms, ratios = ui.paired_ms({"rows": timed("rows", 2), "chunked": timed("chunked", 3)}, 4)
+    # One warm-up call each, then rounds in alternating order.
+    assert calls == ["rows", "chunked"] + ["rows", "chunked", "chunked", "rows"] * 2
+    assert ms == {"rows": 2000.0, "chunked": 3000.0}
+    assert ratios == [1.5] * 4
+    assert ui._quartiles([0.5, 1.0, 1.5, 2.0, 4.0])[1] == 1.5
