@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.chunkindex import assemble_index
-from pipeline.datasets.chunkread import read_meta, walk_leaves
+from pipeline.datasets.leafmeta import LeafLines
 from pipeline.datasets.manifest import ManifestError, VersionNotFound
 from pipeline.datasets.segments import ZARR_NAME
 
@@ -122,7 +122,8 @@ class VersionReader:
         self._seg_list: list[int] = self._seg.tolist()
         self._row_list: list[int] = self._row.tolist()
         self._y_list: list[int] = self._y.tolist()
-        self._meta: list[str] | None = None
+        self._meta: list[str] | None = None  # format 1's metadata.jsonl lines
+        self._leaf_meta: LeafLines | None = None  # a chunked version's, read by leaf
         self._arrays: dict[int, Any] = {}
         self._views: dict[int, memoryview] = {}
         self._row_layout: tuple[tuple[int, ...], np.dtype, int] | None = (
@@ -280,6 +281,7 @@ class VersionReader:
             self.folder, self.data_root, _subset=subset, _split=name, _shared=shared
         )
         view._keep, view._before_meta = self._keep, self._before_meta
+        view._leaf_meta = self._leaf_meta
         return view
 
     def shuffled_indices(self, seed: int, *, window_chunks: int = 4) -> np.ndarray:
@@ -315,27 +317,29 @@ class VersionReader:
     def metadata(self, i: int) -> dict:
         """The metadata.jsonl record of sample ``i`` (path, md5, label, split, segment, row...)."""
         j = int(self._indices[i])
-        record = json.loads(self._metadata_lines()[j])
-        if self._chunked:
-            # A leaf's part has no position-dependent field: ``index`` is the place in the
-            # version, as format 1 wrote it (keys sorted like its lines).
-            record["index"] = j
-            record = dict(sorted(record.items()))
-        return record
+        if not self._chunked:
+            return json.loads(self._metadata_lines()[j])
+        record = json.loads(self._leaf_lines().line(j))
+        # A leaf's part has no position-dependent field: ``index`` is the place in the version,
+        # as format 1 wrote it (keys sorted like its lines).
+        record["index"] = j
+        return dict(sorted(record.items()))
 
     # ---- internals ---------------------------------------------------------------------------
 
     def _metadata_lines(self) -> list[str]:
+        """A format-1 version's metadata.jsonl, every line (a chunked version's are read by
+        leaf, _leaf_lines)."""
         if self._meta is None:
-            if self._before_meta is not None:
-                self._before_meta()
-            if self._chunked:
-                leaves = walk_leaves(self.data_root, self.manifest["chunks"])
-                text = b"".join(read_meta(self.data_root, leaf.hash) for leaf in leaves).decode()
-            else:
-                text = (self.folder / mf.METADATA).read_text()
-            self._meta = text.splitlines()
+            self._meta = (self.folder / mf.METADATA).read_text().splitlines()
         return self._meta
+
+    def _leaf_lines(self) -> LeafLines:
+        if self._leaf_meta is None:
+            if self._before_meta is not None:
+                self._before_meta()  # an s3:// DATA_ROOT: the parts into the local cache
+            self._leaf_meta = LeafLines(self.data_root, self.manifest["chunks"])
+        return self._leaf_meta
 
     def _forget_maps(self) -> None:
         self._arrays = {}

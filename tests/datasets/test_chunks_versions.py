@@ -128,6 +128,68 @@ def test_cat_of_the_listed_parts_is_the_versions_metadata(sqlite_store, home):
     assert out.splitlines() == expected
 
 
+def test_metadata_reads_only_the_leaf_of_the_sample_asked_for(sqlite_store, home, monkeypatch):
+    """metadata(i) of a chunked version reads the one part that holds sample i (a million-sample
+    version's whole metadata took 0.8 s and ~650 MB for one record), in any order of access,
+    with any number of leaves kept, in split views and in a pickled copy."""
+    import pickle
+
+    from pipeline.datasets import chunks, leafmeta
+    from pipeline.datasets.build import run_build
+    from pipeline.datasets.chunks import ChunkError
+    from pipeline.datasets.reader import open_version
+
+    # Small leaves and nodes: many leaves, under several nodes.
+    monkeypatch.setattr(chunks, "LEAF_TARGET", 4)
+    monkeypatch.setattr(chunks, "LEAF_MAX", 12)
+    monkeypatch.setattr(chunks, "NODE_TARGET", 4)
+    image_lake(home, per_class=40)
+    v = run_build("pets", workers=1, store=sqlite_store).version
+    data_root = home / "data"
+    names = (data_root / v.path / "parts.txt").read_text().split()
+    expected = b"".join((data_root / n).read_bytes() for n in names).decode().splitlines()
+    assert len(names) > 10
+    reads: list[str] = []
+    real = leafmeta.read_meta
+
+    def counted(root, h):
+        reads.append(h)
+        return real(root, h)
+
+    monkeypatch.setattr(leafmeta, "read_meta", counted)
+
+    def record(line: str, i: int) -> dict:
+        return dict(sorted({**json.loads(line), "index": i}.items()))
+
+    r = open_version("pets", store=sqlite_store)
+    assert r.metadata(len(r) - 1) == record(expected[-1], len(r) - 1)
+    assert len(reads) == 1  # the last leaf's part, nothing else
+    assert [r.metadata(i) for i in range(len(r))] == [
+        record(line, i) for i, line in enumerate(expected)
+    ]
+    # A pass in order read every other part once (the last one was still kept).
+    assert len(reads) == len(set(reads)) == len(names)
+    assert {Path(n).stem for n in names} == set(reads)
+
+    monkeypatch.setattr(leafmeta, "KEPT_LEAVES", 1)  # evict at every leaf change
+    fresh = open_version("pets", store=sqlite_store)
+    order = list(range(len(fresh)))
+    random.Random(7).shuffle(order)
+    assert all(fresh.metadata(i) == record(expected[i], i) for i in order)
+    assert len(fresh._leaf_meta._kept) == 1  # the cache stays bounded
+    val = fresh.split("val")
+    val_rows = [i for i, line in enumerate(expected) if json.loads(line)["split"] == "val"]
+    assert [val.metadata(k)["index"] for k in range(len(val))] == val_rows
+    copy = pickle.loads(pickle.dumps(fresh))
+    assert not copy._leaf_meta._kept  # a copy reads its own leaves
+    assert copy.metadata(5) == record(expected[5], 5)
+
+    # A part whose lines do not add up to its leaf's count is refused, naming the leaf.
+    monkeypatch.setattr(leafmeta, "read_meta", lambda root, h: real(root, h) + b"{}\n")
+    with pytest.raises(ChunkError, match="its node lists"):
+        open_version("pets", store=sqlite_store).metadata(0)
+
+
 def test_export_of_a_chunked_version_writes_one_metadata_jsonl_with_index(
     sqlite_store, home, tmp_path
 ):
