@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.chunkindex import assemble_index
-from pipeline.datasets.leafmeta import LeafLines
+from pipeline.datasets.leafmeta import FetchParts, LeafLines
 from pipeline.datasets.manifest import ManifestError, VersionNotFound
 from pipeline.datasets.segments import ZARR_NAME
 
@@ -132,9 +132,9 @@ class VersionReader:
         self._chunks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         # A version read from an s3:// DATA_ROOT (remote_reader.py): the cache pins that keep
         # its objects from eviction while this reader or a split view lives, and what fetches
-        # the metadata parts on first use.
+        # a leaf's metadata part when a record of it is first asked for.
         self._keep: tuple = ()
-        self._before_meta: Any = None
+        self._fetch_parts: FetchParts | None = None
         _live_readers.add(self)
 
     # ---- identity ----------------------------------------------------------------------------
@@ -280,7 +280,7 @@ class VersionReader:
         view = VersionReader(
             self.folder, self.data_root, _subset=subset, _split=name, _shared=shared
         )
-        view._keep, view._before_meta = self._keep, self._before_meta
+        view._keep, view._fetch_parts = self._keep, self._fetch_parts
         view._leaf_meta = self._leaf_meta
         return view
 
@@ -336,9 +336,7 @@ class VersionReader:
 
     def _leaf_lines(self) -> LeafLines:
         if self._leaf_meta is None:
-            if self._before_meta is not None:
-                self._before_meta()  # an s3:// DATA_ROOT: the parts into the local cache
-            self._leaf_meta = LeafLines(self.data_root, self.manifest["chunks"])
+            self._leaf_meta = LeafLines(self.data_root, self.manifest["chunks"], self._fetch_parts)
         return self._leaf_meta
 
     def _forget_maps(self) -> None:

@@ -11,8 +11,9 @@ What a version needs, each object checked against a checksum the version itself 
   node and its leaves' indexes in one object (chunkpack.py), fetched beside the segments: one
   GET per node. An older one has its node files first, and each node's leaf indexes start as
   soon as it is there, so the small files ride beside the large ones;
-- the leaves' metadata parts (named by their sha256) only when metadata is first asked for
-  (``metadata``, ``md5s`` of a format-1 version, ``export``): a trainer never needs them.
+- a leaf's metadata part (named by its sha256) only when a record of that leaf is asked for
+  (``metadata(i)``, ``export``: leafmeta.py fetches the part and the next few): a trainer
+  never needs them.
 
 The cache's tree under ``objects/<bucket>/<prefix>`` reads like the data root itself, so
 the reader memory-maps segments from local files: a warm open costs one GET (the manifest)
@@ -23,6 +24,7 @@ the reader, or a split view of it, is alive, so no other process evicts it midwa
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -118,24 +120,19 @@ def _segment_items(remote: str, root: Path, segments: list[dict], fmt: str) -> l
 
 
 class RemoteMeta:
-    """Fetches a chunked version's metadata parts on first use (picklable: a DataLoader
-    worker started by spawn can call it too)."""
+    """Fetches leaves' metadata parts into the local cache as leafmeta.LeafLines asks for them
+    (picklable: a DataLoader worker started by spawn can call it too)."""
 
-    def __init__(self, remote: str, manifest: dict, cache_root: Path, max_mb: int) -> None:
+    def __init__(self, remote: str, cache_root: Path, max_mb: int) -> None:
         self.remote = remote
-        self.section = manifest.get("chunks")
         self.cache_root = Path(cache_root)
         self.max_mb = max_mb
-        self.pins: Pins | None = None
 
-    def __call__(self) -> None:
-        if self.pins is not None or not self.section:
-            return
+    def __call__(self, leaves: Sequence[ch.LeafRef]) -> Pins:
         cache = _cache(self.max_mb, self.cache_root)
         root = local_root(cache, self.remote)
-        leaves = chunkread.walk_leaves(root, self.section)
-        items = {
-            leaf.hash: _file_item(
+        return cache.fetch(
+            _file_item(
                 self.remote,
                 root,
                 ch.chunk_relpath(leaf.hash, ch.META_SUFFIX),
@@ -143,11 +140,7 @@ class RemoteMeta:
                 leaf.hash,
             )
             for leaf in leaves
-        }
-        self.pins = cache.fetch(items.values())
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "pins": None}
+        )
 
 
 def fetch_version(
@@ -250,7 +243,5 @@ def open_remote(remote: str, name: str, version: str, *, store: Any | None = Non
     reader = VersionReader(folder, root)
     reader.cache_downloads = cache.downloaded  # objects this open downloaded (0: warm)
     reader._keep = (pins,)
-    reader._before_meta = RemoteMeta(
-        remote, manifest, Path(s.laketrain_cache_dir), s.laketrain_cache_mb
-    )
+    reader._fetch_parts = RemoteMeta(remote, Path(s.laketrain_cache_dir), s.laketrain_cache_mb)
     return reader

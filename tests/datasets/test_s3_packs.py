@@ -98,3 +98,42 @@ def test_a_damaged_cached_pack_is_fetched_again_and_reads_right(
     assert again.cache_downloads == 1  # that pack, fetched again
     assert np.array_equal(again.get_batch(np.arange(len(again)))[0], want)
     assert open_version("pets", v.version_id, store=store).cache_downloads == 0
+
+
+def test_a_record_fetches_its_leafs_part_and_the_next_few_not_every_part(
+    s3_root, lt_env, store, moto_server, monkeypatch
+):
+    from pipeline.datasets import chunks, leafmeta
+    from pipeline.datasets.build import build
+    from pipeline.datasets.dataroot import work_root
+    from pipeline.datasets.reader import open_version
+
+    monkeypatch.setattr(chunks, "LEAF_TARGET", 2)  # many small leaves
+    monkeypatch.setattr(chunks, "LEAF_MAX", 4)
+    monkeypatch.setattr(chunks, "NODE_TARGET", 4)
+    monkeypatch.setattr(leafmeta, "FETCH_WINDOW", 3)
+    v = build("pets", workers=1)
+    local = open_version("pets", v.version_id, data_root=work_root())
+    leaves = local.manifest["chunks"]["leaves"]
+    assert leaves > 6
+    monkeypatch.delenv("METADATA_DB_URL")
+    gets = _gets()
+
+    def part_gets() -> list[str]:
+        return [k for k in gets if k.endswith(chunks.META_SUFFIX)]
+
+    cold = open_version("pets", v.version_id)
+    assert part_gets() == []  # opening fetches no metadata part
+    assert cold.metadata(0) == local.metadata(0)
+    assert len(part_gets()) == 3  # the first leaf's part and the next two
+    # A part evicted from the cache after its fetch is fetched again when its leaf is read.
+    second = cold._leaf_meta._leaves[1]
+    (cold.data_root / chunks.chunk_relpath(second.hash, chunks.META_SUFFIX)).unlink()
+    first_of_second = cold._leaf_meta._leaves[0].count
+    assert cold.metadata(first_of_second) == local.metadata(first_of_second)
+    assert len(part_gets()) == 4 and part_gets()[-1].endswith(f"{second.hash}.jsonl")
+    n = len(cold)
+    assert [cold.metadata(i) for i in range(n)] == [local.metadata(i) for i in range(n)]
+    fetched = part_gets()
+    assert len(fetched) == leaves + 1  # every part once, the evicted one twice
+    assert len(set(fetched)) == leaves
