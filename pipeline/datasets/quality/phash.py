@@ -29,22 +29,18 @@ def _cell_edges(n: int, cells: int) -> np.ndarray:
 
 
 def _area_means(gray: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """(N, H, W) float → (N, rows, cols) means over a grid of near-equal cells, through the
-    integral image (one cumulative sum per axis), so any H, W works, upscaling included."""
+    """(N, H, W) float → (N, rows, cols) means over a grid of near-equal cells, so any H, W
+    works, upscaling included. The cells' sums are taken in float64 by ``np.add.reduceat``
+    (rows, then columns), not through an integral image: 4x less work at 96 px. For uint8
+    samples the hashes stay those of the integral image, bit for bit: their grey levels are
+    float32 thirds of integers below 766, which float64 adds up exactly, in any order."""
     n, h, w = gray.shape
     if h < rows or w < cols:  # tiny samples (8x8 digits): repeat pixels up to the grid first
         gray = np.repeat(np.repeat(gray, -(-rows // h), axis=1), -(-cols // w), axis=2)
         n, h, w = gray.shape
-    integral = np.zeros((n, h + 1, w + 1), dtype=np.float64)
-    np.cumsum(np.cumsum(gray, axis=1, dtype=np.float64), axis=2, out=integral[:, 1:, 1:])
     r = _cell_edges(h, rows)
     c = _cell_edges(w, cols)
-    total = (
-        integral[:, r[1:, None], c[None, 1:]]
-        - integral[:, r[:-1, None], c[None, 1:]]
-        - integral[:, r[1:, None], c[None, :-1]]
-        + integral[:, r[:-1, None], c[None, :-1]]
-    )
+    total = np.add.reduceat(np.add.reduceat(gray, r[:-1], axis=1, dtype=np.float64), c[:-1], axis=2)
     area = (r[1:] - r[:-1])[:, None] * (c[1:] - c[:-1])[None, :]
     return total / area
 
@@ -52,18 +48,15 @@ def _area_means(gray: np.ndarray, rows: int, cols: int) -> np.ndarray:
 def dhash(x: np.ndarray) -> np.ndarray:
     """uint64 dHash of each sample of ``x`` (N, C, H, W) or (N, H, W), any numeric dtype."""
     x = np.asarray(x)
-    if x.ndim == 3:
-        gray = x.astype(np.float32)
-    elif x.ndim == 4:
-        gray = x.mean(axis=1, dtype=np.float32)
-    else:
+    if x.ndim not in (3, 4):
         raise ValueError(f"dhash needs (N, C, H, W) or (N, H, W) samples, got shape {x.shape}")
-    n, h, w = gray.shape
+    n, h, w = len(x), x.shape[-2], x.shape[-1]
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
     mh, mw = int(h * MARGIN), int(w * MARGIN)
     if h - 2 * mh >= HASH_ROWS and w - 2 * mw >= HASH_COLS:
-        gray = gray[:, mh : h - mh, mw : w - mw]
+        x = x[..., mh : h - mh, mw : w - mw]  # cropped first: the margin is never averaged
+    gray = x.astype(np.float32) if x.ndim == 3 else x.mean(axis=1, dtype=np.float32)
     cells = _area_means(gray, HASH_ROWS, HASH_COLS)
     bits = cells[:, :, :-1] > cells[:, :, 1:]  # (N, 8, 8)
     packed = np.packbits(bits.reshape(n, 64), axis=1)  # (N, 8) bytes, big-endian bit order
@@ -84,17 +77,37 @@ MIN_BITS = 8
 MIN_SIDE = 16
 
 
-def perceptual_hash(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def is_flat(x: np.ndarray, moments: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Whether each sample's values (all channels) spread less than FLAT_STD, from its sum and
+    sum of squares in float64: one matrix product per batch instead of numpy's std and its
+    temporaries (2x faster), or none when the caller has them (``moments``: each sample's sum
+    and sum of squares, as process has them for the mean and std). Exact for uint8 samples of
+    up to ~370,000 values (a 350x350 RGB sample); larger ones are off by float64 rounding, as
+    std is."""
+    x = np.asarray(x)
+    m = int(np.prod(x.shape[1:]))
+    if len(x) == 0 or m == 0:
+        return np.zeros(len(x), dtype=bool)
+    if moments is None:
+        flat = x.reshape(len(x), m).astype(np.float64)
+        moments = flat.sum(axis=1), np.matmul(flat[:, None, :], flat[:, :, None]).reshape(len(x))
+    sums, squares = moments
+    # std < FLAT_STD  <=>  m * sum(v^2) - sum(v)^2 < (FLAT_STD * m)^2
+    return m * squares - sums * sums < (FLAT_STD * m) ** 2
+
+
+def perceptual_hash(
+    x: np.ndarray, moments: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(uint64 dHash, unhashable mask) of each sample: a sample is unhashable when it is too
     small (MIN_SIDE), flat, or its hash is degenerate (see FLAT_STD, MIN_BITS); it takes part
-    in no near-duplicate group (its exact duplicates are still found by md5)."""
+    in no near-duplicate group (its exact duplicates are still found by md5). ``moments``: see
+    is_flat."""
     hashes = dhash(x)
     if np.ndim(x) >= 3 and min(np.shape(x)[-2:]) < MIN_SIDE:
         return hashes, np.ones(len(hashes), dtype=bool)
-    gray = np.asarray(x).reshape(len(hashes), -1)
-    flat = gray.std(axis=1) < FLAT_STD if len(hashes) else np.zeros(0, dtype=bool)
     ones = np.bitwise_count(hashes)
-    return hashes, flat | (ones < MIN_BITS) | (ones > 64 - MIN_BITS)
+    return hashes, is_flat(x, moments) | (ones < MIN_BITS) | (ones > 64 - MIN_BITS)
 
 
 def row_hashes(x: np.ndarray, decimals: int = 6) -> np.ndarray:
