@@ -39,16 +39,25 @@ def _brute(h: np.ndarray, threshold: int) -> set[tuple[int, int]]:
 def test_self_pairs_are_exactly_the_pairs_brute_force_finds(threshold):
     h = _hashes(1500, seed=threshold, planted=200, bits=max(threshold, 1))
     h = np.concatenate([h, h[:5]])  # exact repeats too
-    got = {tuple(p) for p in self_pairs(h, threshold).tolist()}
+    pairs = self_pairs(h, threshold).tolist()
+    got = {tuple(p) for p in pairs}
     assert got == _brute(h, threshold) and got
+    # Each pair once (a close pair shares several keys, repeats share all), in (i, j) order.
+    assert len(pairs) == len(got) and pairs == sorted(pairs)
 
 
 def test_query_pairs_are_exactly_the_pairs_brute_force_finds():
     h = _hashes(2000, seed=1, planted=300)
     old, new = h[:1800], h[1800:]
-    got = {tuple(p) for p in query_pairs(new, BandIndex.build(old, 4)).tolist()}
-    d = np.bitwise_count(new[:, None] ^ old[None, :])
-    assert got == set(zip(*[a.tolist() for a in np.nonzero(d <= 4)], strict=True)) and got
+    new = np.concatenate([new, old[:5]])  # exact repeats of indexed hashes: every key shared
+    index = BandIndex.build(old, 4)
+    for threshold in (4, 2):
+        pairs = query_pairs(new, index, threshold).tolist()
+        got = {tuple(p) for p in pairs}
+        d = np.bitwise_count(new[:, None] ^ old[None, :])
+        want = set(zip(*[a.tolist() for a in np.nonzero(d <= threshold)], strict=True))
+        assert got == want and got
+        assert len(pairs) == len(got) and pairs == sorted(pairs)  # each pair once, in order
 
 
 def test_bands_are_two_more_than_the_threshold_so_a_close_pair_shares_two():
@@ -203,3 +212,28 @@ def test_edge_keys_sort_as_np_unique_does(picks, kind):
     want_keys, want_inverse = np.unique(flat, return_inverse=True)
     assert keys.tolist() == want_keys.tolist()
     assert inverse.tolist() == want_inverse.ravel().tolist()
+
+
+def test_edges_by_rank_are_the_sorted_unique_fresh_edges_written_out():
+    """The index's new edges, ranked as integers, are what sorting the byte pairs gives: each
+    unordered pair once, smaller key first, no self-edge, only those touching a fresh key."""
+    from pipeline.datasets.quality.nearindex import edges_by_rank
+
+    rng = np.random.default_rng(5)
+    new = np.array([f"{i:032x}".encode() for i in rng.integers(0, 400, 300)])  # repeats too
+    met = np.array([f"{i:032x}".encode() for i in rng.integers(0, 600, 500)])
+    ends = np.concatenate([new, met])
+    a = rng.integers(0, len(new), 4000)
+    b = rng.integers(0, len(ends), 4000)
+    fresh = rng.random(len(new)) < 0.7
+    got = edges_by_rank(ends, a, b, len(new), fresh).tolist()
+    fresh_keys = set(new[fresh].tolist())
+    want = sorted(
+        {
+            (min(x, y), max(x, y))
+            for x, y in zip(ends[a].tolist(), ends[b].tolist(), strict=True)
+            if x != y and (x in fresh_keys or y in fresh_keys)
+        }
+    )
+    assert [tuple(e) for e in got] == want and len(want) > 1000
+    assert edges_by_rank(ends, a[:0], b[:0], len(new), fresh).shape == (0, 2)

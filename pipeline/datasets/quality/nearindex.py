@@ -97,28 +97,29 @@ class NearIndex:
         hashes = np.asarray(hashes, dtype=np.uint64)
         self._clean_temps()
         known = np.zeros(len(keys_b), dtype=bool)
-        new_edges: list[np.ndarray] = []
+        # Each edge as two positions into `ends`: the new keys, then the indexed keys the
+        # lookups met. Deduplicated and sorted as integer ranks (edges_by_rank), not as bytes.
+        ends, a_at, b_at = [keys_b], [], []
+        met = len(keys_b)
         runs = self.runs()
         for run in runs:
             pairs = query_pairs(hashes, run.index, self.threshold)
             if not len(pairs):
                 continue
-            a = keys_b[pairs[:, 0]]
             b = np.asarray(run.keys[pairs[:, 1]])
-            same = a == b
-            known[pairs[same, 0]] = True  # already indexed (a commit that crashed, or went back)
-            new_edges.append(np.stack([a[~same], b[~same]], axis=1))
+            # A key met in a run was indexed before (a commit that crashed, or went back).
+            known[pairs[keys_b[pairs[:, 0]] == b, 0]] = True
+            ends.append(b)
+            a_at.append(pairs[:, 0])
+            b_at.append(met + np.arange(len(pairs), dtype=np.int64))
+            met += len(pairs)
         pairs = self_pairs(hashes, self.threshold)
-        if len(pairs):
-            a, b = keys_b[pairs[:, 0]], keys_b[pairs[:, 1]]
-            new_edges.append(np.stack([a[a != b], b[a != b]], axis=1))
+        a_at.append(pairs[:, 0])
+        b_at.append(pairs[:, 1])
         fresh = ~known
-        edges = _sorted_edges(np.concatenate(new_edges) if new_edges else None)
-        if len(edges):
-            # An edge between two keys indexed before was recorded by the later of them.
-            fresh_keys = keys_b[fresh]
-            keep = np.isin(edges[:, 0], fresh_keys) | np.isin(edges[:, 1], fresh_keys)
-            edges = edges[keep]
+        edges = edges_by_rank(
+            np.concatenate(ends), np.concatenate(a_at), np.concatenate(b_at), len(keys_b), fresh
+        )
         if fresh.any():
             written = self._write(keys_b[fresh], hashes[fresh], edges)
             self._merge(_with(runs, Run.load(written, self.threshold)))
@@ -217,11 +218,38 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.any(large[at] == small))
 
 
+def edges_by_rank(
+    ends: np.ndarray, a: np.ndarray, b: np.ndarray, n_new: int, fresh: np.ndarray
+) -> np.ndarray:
+    """The edges ``ends[a] -- ends[b]`` as unique (smaller, larger) key pairs, sorted, without
+    the self-edges of a key met twice, and only those with a ``fresh`` key among the first
+    ``n_new`` (an edge between two keys indexed before was recorded by the later of them).
+    Keys are ranked once (np.unique over the keys, not over the edges), and the edges sorted
+    and deduplicated as integer pairs of ranks: rank order is byte order, so the result is
+    _sorted_edges's, for a fraction of its cost (~300,000 edges of 64 bytes among 3,000 keys)."""
+    if not len(a):
+        return np.zeros((0, 2), dtype=ends.dtype if len(ends) else "S32")
+    keys, rank = np.unique(ends, return_inverse=True)
+    ra, rb = rank[a], rank[b]
+    lo, hi = np.minimum(ra, rb), np.maximum(ra, rb)
+    is_fresh = np.zeros(len(keys), dtype=bool)
+    is_fresh[rank[:n_new][fresh]] = True
+    keep = (lo != hi) & (is_fresh[lo] | is_fresh[hi])
+    n = np.int64(len(keys))
+    code = np.unique(lo[keep].astype(np.int64) * n + hi[keep])
+    return np.stack([keys[code // n], keys[code % n]], axis=1)
+
+
 def _sorted_edges(edges: np.ndarray | None) -> np.ndarray:
-    """Edges as unique (smaller, larger) key pairs, sorted; (0, 2) when none."""
+    """Edges as unique (smaller, larger) key pairs, sorted; (0, 2) when none. Each pair is
+    sorted as ONE string of both keys' bytes (a row of two fixed-width fields read as a field
+    twice as wide), not by np.unique(axis=0)'s row compare: ~1.6x faster. The order is the
+    pairs' order when the keys are of one length, as md5 keys are."""
     if edges is None or not len(edges):
         return np.zeros((0, 2), dtype="S32")
     swap = edges[:, 0] > edges[:, 1]
     lo = np.where(swap, edges[:, 1], edges[:, 0])
     hi = np.where(swap, edges[:, 0], edges[:, 1])
-    return np.unique(np.stack([lo, hi], axis=1), axis=0)
+    rows = np.ascontiguousarray(np.stack([lo, hi], axis=1))
+    width = rows.dtype.itemsize
+    return np.unique(rows.view(f"S{2 * width}").reshape(-1)).view(f"S{width}").reshape(-1, 2)
