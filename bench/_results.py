@@ -6,6 +6,7 @@ import fcntl
 import os
 import platform
 import re
+import statistics
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,6 +40,12 @@ def write_section(name: str, body: str, *, where: str | None = None) -> None:
 def figures_table(rows: list[tuple[str, str]]) -> str:
     """A two-column Markdown table of (measure, figure) rows."""
     return "| measure | figure |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+
+
+def quartiles(ratios: list[float]) -> tuple[float, float, float]:
+    """(lower quartile, median, upper quartile) of paired ratios; one ratio is all three."""
+    q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return q1, statistics.median(ratios), q3
 
 
 def report(name: str, body: str, *, write: bool, where: str | None = None) -> None:

@@ -19,15 +19,17 @@ where the crop is larger than a photo), q90, with a distinct corner stamp per fi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._baselines import backdate, in_processes  # noqa: E402
-from bench._results import report  # noqa: E402
+from bench._results import quartiles, report  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / "_work" / "build"
 RECIPE = 'modality = "image"\n[image]\nsize = 96\nchannels = 3\nresize = "center_crop"\n[split]\nval_fraction = 0.2\n'
@@ -277,8 +279,53 @@ def measure(w: int, h: int, args: argparse.Namespace) -> tuple[str, float]:
         f"{book_s / samples * 1e6:.1f}, of which the scan alone (stat every file, "
         f"compare with the ledger) takes {inc.seconds['scan'] / samples * 1e6:.1f}.\n"
     )
+    if args.against:
+        block += "\n" + against_older(Path(args.against), args)
     print(block, flush=True)
     return block, ratio, base_s / full_s
+
+
+def _one_full_build(tree: Path, data: Path, workers: int) -> dict:
+    """A full build of the lake by ``tree``'s pipeline, in a process of its own, on a fresh
+    DATA_ROOT (bench/_full_build_once.py)."""
+    shutil.rmtree(data, ignore_errors=True)
+    helper = Path(__file__).resolve().parent / "_full_build_once.py"
+    command = [sys.executable, str(helper), "--tree", str(tree), "--work", str(WORK)]
+    command += ["--data", str(data), "--workers", str(workers)]
+    try:
+        done = subprocess.run(command, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"a full build by {tree} failed:\n{exc.stderr[-2000:]}") from None
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def against_older(older: Path, args: argparse.Namespace) -> str:
+    """Full builds of the same lake by this checkout and by ``older``, in turns (the order
+    alternating each round), each in a fresh process on a fresh store: the machine's load moves
+    both alike, so the median of the per-round ratios says what a change did, where the
+    absolute figures of runs minutes apart cannot."""
+    this = Path(__file__).resolve().parents[1]
+    ratios: dict[str, list[float]] = {"wall": [], "process": [], "commit": []}
+    for k in range(args.pairs):
+        trees = [this, older] if k % 2 == 0 else [older, this]
+        got = {tree: _one_full_build(tree, WORK / "data-against", args.workers) for tree in trees}
+        new, old = got[this], got[older]
+        ratios["wall"].append(new["wall"] / old["wall"])
+        for phase in ("process", "commit"):
+            ratios[phase].append(new["seconds"][phase] / old["seconds"][phase])
+    lines = [
+        f"Against an older checkout (`--against {older.name}`), {args.pairs} rounds of one "
+        "full build each, in turns, each in a fresh process on a fresh store (this / older; "
+        "median, quartiles):\n",
+        "| measure | this / older |",
+        "|---|---|",
+    ]
+    for name, label in (("wall", "full build"), ("process", "process phase"), ("commit", "commit")):
+        q1, q2, q3 = quartiles(ratios[name])
+        lines.append(f"| {label} | **{q2:.2f}x** ({q1:.2f}-{q3:.2f}) |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -296,8 +343,15 @@ def main() -> None:
         default=3,
         help="full builds, each on a fresh store; the median is reported",
     )
+    ap.add_argument(
+        "--against",
+        help="an older checkout: its full builds of the same lake interleaved with this one's",
+    )
+    ap.add_argument("--pairs", type=int, default=5, help="rounds of --against")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
+    if args.against and not (Path(args.against) / "pipeline").is_dir():
+        ap.error(f"--against {args.against}: no pipeline package there")
     sizes = [tuple(int(v) for v in size.lower().split("x")) for size in args.sizes.split(",")]
 
     measured = [measure(w, h, args) for w, h in sizes]

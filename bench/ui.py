@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._results import report  # noqa: E402
+from bench._results import quartiles, report  # noqa: E402
 
 PG_ADMIN = os.environ.get(
     "LAKETRAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -255,11 +255,6 @@ def run(backend: str, layouts: list[Layout], repeat: int) -> list[tuple]:
     return results
 
 
-def _quartiles(ratios: list[float]) -> tuple[float, float, float]:
-    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-    return q1, statistics.median(ratios), q3
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--versions", type=int, default=100)
@@ -302,7 +297,7 @@ def main() -> None:
             results = run(backend, layouts, args.repeat)
         for name, ms, bare, ratios, n_sql in results:
             if ratios:
-                q1, q2, q3 = _quartiles(ratios)
+                q1, q2, q3 = quartiles(ratios)
                 ratio = f"**{q2:.2f}x** ({q1:.2f}-{q3:.2f})"
                 verdict = "-" if name.startswith("a request") else ("WORSE" if q1 > 1 else "MET")
             else:

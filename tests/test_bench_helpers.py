@@ -142,4 +142,53 @@ def test_paired_timing_takes_turns_and_reports_per_round_ratios(
     assert calls == ["rows", "chunked"] + ["rows", "chunked", "chunked", "rows"] * 2
     assert ms == {"rows": 2000.0, "chunked": 3000.0}
     assert ratios == [1.5] * 4
-    assert ui._quartiles([0.5, 1.0, 1.5, 2.0, 4.0])[1] == 1.5
+    assert _results.quartiles([0.5, 1.0, 1.5, 2.0, 4.0]) == (0.75, 1.5, 3.0)
+    assert _results.quartiles([1.2]) == (1.2, 1.2, 1.2)
+
+
+def test_against_older_takes_turns_and_reports_median_ratios(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import argparse
+
+    from bench import build
+
+    this, older = Path(build.__file__).resolve().parents[1], tmp_path / "older"
+    calls: list[Path] = []
+    walls = iter([8.0, 10.0, 10.0, 8.0, 9.0, 9.0])  # per call, in call order
+
+    def one_full_build(tree: Path, data: Path, workers: int) -> dict:
+        calls.append(tree)
+        new = tree == this
+        wall = next(walls)
+        return {"wall": wall, "seconds": {"process": 6.0 if new else 8.0, "commit": 1.0}}
+
+    monkeypatch.setattr(build, "_one_full_build", one_full_build)
+    text = build.against_older(older, argparse.Namespace(pairs=3, workers=2))
+    assert calls == [this, older, older, this, this, older]  # the order alternates
+    # Per round this / older: 8/10, 8/10, 9/9.
+    assert "| full build | **0.80x** (0.80-1.00) |" in text
+    assert "| process phase | **0.75x** (0.75-0.75) |" in text
+    assert "| commit | **1.00x** (1.00-1.00) |" in text
+
+
+def test_one_full_build_builds_the_lake_with_the_given_tree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bench import build
+
+    monkeypatch.setattr(build, "WORK", tmp_path)
+    build.make_images(tmp_path / "lake", 12, w=64, h=48)
+    for p in build.make_images(tmp_path / "lake", 4, start=100, w=64, h=48):
+        target = tmp_path / "lake" / "warmup" / p.relative_to(tmp_path / "lake" / "bench")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(p, target)
+    (tmp_path / "recipes").mkdir()
+    for name in ("bench", "warmup"):
+        (tmp_path / "recipes" / f"{name}.toml").write_text(build.RECIPE)
+    tree = Path(build.__file__).resolve().parents[1]
+    got = build._one_full_build(tree, tmp_path / "data", 1)
+    assert got["samples"] == 12 and got["wall"] > 0 and set(got["seconds"]) >= {"process"}
+    assert not (tmp_path / "data").exists()  # each build's store goes with it
+    with pytest.raises(SystemExit, match="failed"):
+        build._one_full_build(tmp_path / "no-tree", tmp_path / "data", 1)
