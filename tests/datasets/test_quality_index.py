@@ -237,3 +237,17 @@ def test_edges_by_rank_are_the_sorted_unique_fresh_edges_written_out():
     )
     assert [tuple(e) for e in got] == want and len(want) > 1000
     assert edges_by_rank(ends, a[:0], b[:0], len(new), fresh).shape == (0, 2)
+
+
+def test_sorted_edges_are_numpys_unique_rows_for_keys_of_any_length():
+    """A run's merge sorts its edges as one string per pair; keys of unequal length (a table
+    row's ``md5:row``) are NUL-padded fields, so the order is still the pairs' order."""
+    from pipeline.datasets.quality.nearindex import _sorted_edges
+
+    rng = np.random.default_rng(11)
+    keys = np.array([f"{i:x}:{j}".encode() for i, j in rng.integers(0, 40, (200, 2))])
+    edges = keys[rng.integers(0, len(keys), (3000, 2))]
+    swap = edges[:, 0] > edges[:, 1]
+    lo, hi = np.where(swap, edges[:, 1], edges[:, 0]), np.where(swap, edges[:, 0], edges[:, 1])
+    want = np.unique(np.stack([lo, hi], axis=1), axis=0)
+    assert _sorted_edges(edges).tolist() == want.tolist() and len(want) > 1000
