@@ -350,6 +350,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=5, help="rounds of --against")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
+    if args.pairs < 1:
+        ap.error("--pairs must be at least 1")
     if args.against and not (Path(args.against) / "pipeline").is_dir():
         ap.error(f"--against {args.against}: no pipeline package there")
     sizes = [tuple(int(v) for v in size.lower().split("x")) for size in args.sizes.split(",")]

@@ -55,12 +55,17 @@ def _popcount(a: np.ndarray) -> np.ndarray:
     return np.bitwise_count(a)
 
 
-def _first_shared(xor: np.ndarray, threshold: int, key: int) -> np.ndarray:
-    """Whether ``key`` (an index into key_parts) is the first key that pairs with these XORs
-    share: its two bands are the two lowest bands where the pair agrees (key_parts lists band
-    pairs in lexicographic order). Every pair sharing a key is kept under exactly one."""
-    bands = band_shifts(threshold)
-    first, second = list(combinations(range(len(bands)), 2))[key]
+def _band_pairs(threshold: int) -> list[tuple[int, int]]:
+    """Each key's two bands, by band number: key_parts's order (lexicographic)."""
+    return list(combinations(range(threshold + 2), 2))
+
+
+def _first_shared(
+    xor: np.ndarray, bands: list[tuple[int, int]], first: int, second: int
+) -> np.ndarray:
+    """Whether the key of bands ``first`` < ``second`` is the first key that pairs with these
+    XORs share: its two bands are the two lowest bands where the pair agrees (key_parts lists
+    band pairs in lexicographic order). Every pair sharing a key is kept under exactly one."""
     below = np.zeros(len(xor), dtype=bool)  # agrees on a band before `second`, but `first`
     for b, (shift, width) in enumerate(bands[:second]):
         if b != first:
@@ -82,7 +87,8 @@ def self_pairs(hashes: np.ndarray, threshold: int) -> np.ndarray:
     n = len(hashes)
     out_i: list[np.ndarray] = []
     out_j: list[np.ndarray] = []
-    for key, parts in enumerate(key_parts(threshold)):
+    bands = band_shifts(threshold)
+    for parts, (first, second) in zip(key_parts(threshold), _band_pairs(threshold), strict=True):
         keys = band_keys(hashes, parts)
         order = np.argsort(keys, kind="stable")
         sk = keys[order]
@@ -99,7 +105,7 @@ def self_pairs(hashes: np.ndarray, threshold: int) -> np.ndarray:
             xor = sh[active] ^ sh[active + k]
             near = _popcount(xor) <= threshold
             close = active[near]
-            close = close[_first_shared(xor[near], threshold, key)]
+            close = close[_first_shared(xor[near], bands, first, second)]
             if len(close):
                 a, b = order[close], order[close + k]
                 out_i.append(np.minimum(a, b))
@@ -143,8 +149,15 @@ def query_pairs(queries: np.ndarray, index: BandIndex, threshold: int | None = N
     n = len(index.hashes)
     if n == 0 or len(queries) == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    parts_sk_order = zip(key_parts(index.threshold), index.keys, index.orders, strict=True)
-    for key, (parts, sk, order) in enumerate(parts_sk_order):
+    bands = band_shifts(index.threshold)
+    per_key = zip(
+        key_parts(index.threshold),
+        _band_pairs(index.threshold),
+        index.keys,
+        index.orders,
+        strict=True,
+    )
+    for parts, (first, second), sk, order in per_key:
         qk = band_keys(queries, parts)
         lo = np.searchsorted(sk, qk, side="left")
         hi = np.searchsorted(sk, qk, side="right")
@@ -159,7 +172,7 @@ def query_pairs(queries: np.ndarray, index: BandIndex, threshold: int | None = N
         cand = np.asarray(order[pos], dtype=np.int64)
         xor = queries[q] ^ index.hashes[cand]
         keep = np.flatnonzero(_popcount(xor) <= threshold)
-        keep = keep[_first_shared(xor[keep], index.threshold, key)]
+        keep = keep[_first_shared(xor[keep], bands, first, second)]
         out_i.append(q[keep])
         out_j.append(cand[keep])
     return _sorted_pairs(out_i, out_j, n)
