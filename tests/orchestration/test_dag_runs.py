@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Slow: one subprocess runs 13 dag.test() runs, trainers included (28-67 s by machine).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 USER_TRAINER = Path(__file__).with_name("user_trainer.py")
 FAST_TRAIN = {

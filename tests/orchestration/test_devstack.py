@@ -217,6 +217,7 @@ def test_stop_without_a_running_stack_says_so(tmp_path: Path) -> None:
     assert out.returncode == 0 and "not running" in out.stdout
 
 
+@pytest.mark.slow
 def test_up_stops_what_a_dead_previous_run_left_behind(tmp_path: Path) -> None:
     leftover, child = start_group("polite", tmp_path / "left-got-term")
     home = tmp_path / "af"

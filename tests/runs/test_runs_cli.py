@@ -15,7 +15,8 @@ import pytest
 
 from .conftest import REPO, TRAIN_FLAGS, cli, laketrain
 
-pytestmark = pytest.mark.timeout(900)
+# Slow: the module fixture trains five runs through the entry point (30-75 s by machine).
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 def train(home: dict, run_id: str, version: str, *extra: str, check: bool = True) -> Any:

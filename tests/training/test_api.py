@@ -208,6 +208,7 @@ torch.distributed.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_a_ddp_checkpoint_carries_every_ranks_epoch_sums_and_a_resume_counts_them_once(
     contract: Path, tmp_path: Path
 ) -> None:

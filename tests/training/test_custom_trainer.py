@@ -51,6 +51,7 @@ def train_steps(ckpt: Path, run_id: str) -> list[int]:
     return [r["step"] for r in map(json.loads, lines) if r["kind"] == "train"]
 
 
+@pytest.mark.slow
 def test_the_example_trainer_is_preempted_resumes_and_matches_an_uninterrupted_run(
     digits: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -48,6 +48,7 @@ def _corrupt_every_checkpoint(run_dir: Path) -> list[Path]:
 # ------------------------------------------------------------------------- TRAIN_RESUME
 
 
+@pytest.mark.slow
 def test_every_checkpoint_unusable_is_refused_under_require_and_an_error_event_under_auto(
     digits: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -120,6 +120,7 @@ def wait_paused_with_checkpoint(
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_digits_trains_to_97_percent_and_writes_every_output(
     digits: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -176,6 +177,7 @@ def test_digits_trains_to_97_percent_and_writes_every_output(
     assert row["params"]["epochs"] == 5
 
 
+@pytest.mark.slow
 def test_sigkill_then_sigterm_resume_and_the_run_ends_bitwise_equal(
     digits: dict[str, Any], reference: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -219,6 +221,7 @@ def test_sigkill_then_sigterm_resume_and_the_run_ends_bitwise_equal(
     assert losses(ckpt, "killed") == reference["metrics"]
 
 
+@pytest.mark.slow
 def test_s3_checkpoints_preempt_and_resume_bitwise(
     digits: dict[str, Any], reference: dict[str, Any], moto_server: Any
 ) -> None:
