@@ -258,7 +258,11 @@ class CeleryStack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
-            run = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
+            try:
+                run = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
+            except requests.RequestException:
+                time.sleep(POLL)  # a poll the loaded API server answered too late: ask again
+                continue
             if run["state"] in ("success", "failed"):
                 return run
             time.sleep(POLL)
