@@ -192,3 +192,16 @@ def test_one_full_build_builds_the_lake_with_the_given_tree(
     assert not (tmp_path / "data").exists()  # each build's store goes with it
     with pytest.raises(SystemExit, match="failed"):
         build._one_full_build(tmp_path / "no-tree", tmp_path / "data", 1)
+
+
+@pytest.mark.parametrize("pairs", ["0", "-1"])
+def test_build_refuses_fewer_than_one_pair_before_it_builds_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], pairs: str
+) -> None:
+    from bench import build
+
+    monkeypatch.setattr(build, "measure", lambda *a: pytest.fail("measured despite --pairs"))
+    monkeypatch.setattr(sys, "argv", ["build.py", "--pairs", pairs, "--no-write"])
+    with pytest.raises(SystemExit) as exit_:
+        build.main()
+    assert exit_.value.code == 2 and "--pairs must be at least 1" in capsys.readouterr().err

@@ -220,6 +220,16 @@ class CeleryStack:
             self.token = r.json()["access_token"]
         return {"Authorization": f"Bearer {self.token}"}
 
+    def _poll(self, path: str) -> requests.Response | None:
+        """GET ``path`` for a polling loop: None when the request timed out or could not
+        connect. On a loaded 2-core machine the API server can stall past one request's
+        timeout while the stack starts or a run is busy: a slow answer, so the loop asks
+        again before its own deadline. Any other error (a failed login) still raises."""
+        try:
+            return requests.get(f"{self.base_url}/api/v2{path}", headers=self._auth(), timeout=30)
+        except (requests.Timeout, requests.ConnectionError):
+            return None
+
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
         r = requests.request(
             method, f"{self.base_url}/api/v2{path}", headers=self._auth(), timeout=30, **kwargs
@@ -232,15 +242,7 @@ class CeleryStack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
-            try:
-                r = requests.get(
-                    f"{self.base_url}/api/v2/dags/{dag_id}", headers=self._auth(), timeout=30
-                )
-            except requests.RequestException:
-                # On a loaded 2-core machine the API server can stall past one
-                # request's timeout while the DAG processor and both workers
-                # start: that is a slow answer, not a missing DAG, so ask again.
-                r = None
+            r = self._poll(f"/dags/{dag_id}")
             if r is not None and r.ok:
                 return r.json()
             time.sleep(POLL)
@@ -258,13 +260,13 @@ class CeleryStack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
-            try:
-                run = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
-            except requests.RequestException:
-                time.sleep(POLL)  # a poll the loaded API server answered too late: ask again
-                continue
-            if run["state"] in ("success", "failed"):
-                return run
+            r = self._poll(f"/dags/{dag_id}/dagRuns/{run_id}")
+            if r is not None:
+                if not r.ok:
+                    raise RuntimeError(f"GET dagRuns/{run_id}: {r.status_code} {r.text[:500]}")
+                run = r.json()
+                if run["state"] in ("success", "failed"):
+                    return run
             time.sleep(POLL)
         raise TimeoutError(
             f"{dag_id} run {run_id} still {run['state']} after {timeout}s\n{self.logs()}"

@@ -55,9 +55,9 @@ def _popcount(a: np.ndarray) -> np.ndarray:
     return np.bitwise_count(a)
 
 
-def _band_pairs(threshold: int) -> list[tuple[int, int]]:
-    """Each key's two bands, by band number: key_parts's order (lexicographic)."""
-    return list(combinations(range(threshold + 2), 2))
+def _band_pairs(bands: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each key's two band numbers, in key_parts's order (both are combinations of ``bands``)."""
+    return list(combinations(range(len(bands)), 2))
 
 
 def _first_shared(
@@ -88,7 +88,7 @@ def self_pairs(hashes: np.ndarray, threshold: int) -> np.ndarray:
     out_i: list[np.ndarray] = []
     out_j: list[np.ndarray] = []
     bands = band_shifts(threshold)
-    for parts, (first, second) in zip(key_parts(threshold), _band_pairs(threshold), strict=True):
+    for parts, (first, second) in zip(key_parts(threshold), _band_pairs(bands), strict=True):
         keys = band_keys(hashes, parts)
         order = np.argsort(keys, kind="stable")
         sk = keys[order]
@@ -152,7 +152,7 @@ def query_pairs(queries: np.ndarray, index: BandIndex, threshold: int | None = N
     bands = band_shifts(index.threshold)
     per_key = zip(
         key_parts(index.threshold),
-        _band_pairs(index.threshold),
+        _band_pairs(bands),
         index.keys,
         index.orders,
         strict=True,
