@@ -1,6 +1,7 @@
 """Scale benchmark: a dataset of N samples (default 1,000,000 tiny ``.npy`` arrays), built once,
 then grown by 1,000 files twice, then rebuilt with no change; diff and contains on the two
-consecutive versions. Everything in one process on a SQLite store (the peak RSS figure covers
+consecutive versions; then grown twice more by 1,000 files whose names fall between the existing
+ones (as UUID- or hash-named files do), the drop that rewrites the most leaves. Everything in one process on a SQLite store (the peak RSS figure covers
 this process and its worker pool).
 
 Baselines measured in the same run: the full build (the incremental figures are shares of it),
@@ -32,70 +33,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._baselines import bare_walk, bare_walk_split  # noqa: E402
 from bench._results import report  # noqa: E402
+from bench._scale_lake import (  # noqa: E402
+    CLASSES,
+    SHAPE,
+    data_bytes,
+    leaf_counts,
+    make_files,
+    make_interleaved,
+    tree_bytes,
+)
 
 WORK = Path(__file__).resolve().parent / "_work" / "scale"
-CLASSES = 10
-SHAPE = 4  # float32 values per sample: 16 bytes of data, a 144-byte .npy file
 RECIPE = (
     'modality = "array"\n[array]\nshape = [4]\ndtype = "float32"\n[split]\nval_fraction = 0.2\n'
 )
-
-
-def _npy_header() -> bytes:
-    import io
-
-    import numpy as np
-
-    buf = io.BytesIO()
-    np.save(buf, np.zeros(SHAPE, dtype=np.float32), allow_pickle=False)
-    return buf.getvalue()[: -4 * SHAPE]
-
-
-def make_files(lake: Path, start: int, count: int) -> None:
-    """Files start..start+count-1, spread over every class folder (the harder of the two common
-    drops: a new file lands in every folder's last leaf), back-dated so they are settled."""
-    import numpy as np
-
-    header = _npy_header()
-    old = time.time() - 3600
-    made: set[Path] = set()
-    for i in range(start, start + count):
-        folder = lake / "scale" / f"c{i % CLASSES}"
-        if folder not in made:
-            folder.mkdir(parents=True, exist_ok=True)
-            made.add(folder)
-        path = folder / f"f{i:08d}.npy"
-        with open(path, "wb") as fh:
-            fh.write(header + np.full(SHAPE, i, dtype=np.float32).tobytes())
-        os.utime(path, (old, old))
-
-
-def tree_bytes(root: Path, *, skip: str | None = None) -> int:
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        if skip is not None and skip in dirnames and Path(dirpath) == root:
-            dirnames.remove(skip)
-        for f in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except FileNotFoundError:
-                pass
-    return total
-
-
-def data_bytes(work: Path) -> tuple[int, int]:
-    """(bytes under DATA_ROOT outside segments/ and the store, bytes of the SQLite store)."""
-    import sqlite3
-
-    data = work / "data"
-    # The WAL holds the last transactions' pages until a checkpoint: count the store's pages.
-    conn = sqlite3.connect(data / "metadata.db")
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-    store = sum(p.stat().st_size for p in data.glob("metadata.db*") if p.is_file())
-    return tree_bytes(data, skip="segments") - store, store
 
 
 def peak_rss_mb() -> float:
@@ -248,6 +199,21 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[tuple[str, str]], li
             ).all()
 
     bare_contains_s, _ = timed(bare_contains, 7)
+
+    # The drop that rewrites the most: each new file falls inside another leaf, which is cut
+    # and written again whole (a leaf holds ~128 samples).
+    mixed = []
+    for k in range(2):
+        make_interleaved(lake, args.samples, args.add, k)
+        before, leaves_before = data_bytes(work), leaf_counts(work)[0]
+        t = time.perf_counter()
+        got = run_build("scale", workers=args.workers)
+        got_s = time.perf_counter() - t
+        assert got.version is not None and got.version.added == args.add, got.to_dict()
+        after = data_bytes(work)
+        leaves, listed = leaf_counts(work, got.version.version_id)
+        mixed.append((got_s, got, sum(after) - sum(before), leaves - leaves_before, listed))
+        print(f"interleaved increment {k + 1}: {got_s:.2f} s {got.seconds}", flush=True)
     rss = peak_rss_mb()
 
     inc_s = statistics.median(x[0] for x in incs)
@@ -326,6 +292,30 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[tuple[str, str]], li
             f"**{contains_s * 1000:.1f} ms** {check(contains_s <= 0.05, 'contains above 50 ms')}",
         ),
         ("baseline: bare indexed SQL of the same md5", f"{bare_contains_s * 1000:.1f} ms"),
+    ]
+    mixed_s = statistics.median(x[0] for x in mixed)
+    _, mixed_rep, _, written, listed = min(mixed, key=lambda x: abs(x[0] - mixed_s))
+    mixed_bytes = max(x[2] for x in mixed)
+    mixed_phases = ", ".join(f"{k} {v:.2f} s" for k, v in mixed_rep.seconds.items())
+    rows += [
+        (
+            f"incremental build, +{args.add:,} files at random places among each class "
+            "folder's files (named to sort between the existing ones, as UUID or hash names "
+            f"do), median of {len(mixed)}",
+            f"{mixed_s:.2f} s: {mixed_phases}; all runs "
+            + ", ".join(f"{x[0]:.2f}" for x in mixed)
+            + f" s; {written:,} new leaves of the version's {listed:,}",
+        ),
+        (
+            "**the same drop: end to end (target <= 5 s); of the full build (target <= 2 %)**",
+            f"**{mixed_s:.2f} s** {check(mixed_s <= 5, 'files at random places take more than 5 s')}; "
+            f"**{mixed_s / full_s * 100:.2f} %** {check(mixed_s / full_s <= 0.02, 'files at random places above 2 % of the full build')}",
+        ),
+        (
+            "**the same drop: bytes / first version's (target <= 1 %)**",
+            f"**{mixed_bytes / first_total * 100:.2f} %** ({mixed_bytes / 1e6:.2f} MB, max of "
+            f"{len(mixed)}) {check(mixed_bytes / first_total <= 0.01, 'files at random places add above 1 % of the first version')}",
+        ),
     ]
     notes = []
     return rows, notes, missed

@@ -3,6 +3,7 @@ the script on what each build returned; the figures themselves are not checked).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,10 @@ def test_scale_bench_runs_every_step_at_a_tiny_size(tmp_path: Path) -> None:
                 "the same walk split over 1 processes", "floor of an increment here",
                 "the split walk listing each folder through a descriptor",
                 "**diff of the two consecutive versions (target <= 1 s)**",
-                "**contains by md5 (target <= 50 ms)**", "peak RSS"):  # fmt: skip
+                "**contains by md5 (target <= 50 ms)**", "peak RSS",
+                "+10 files at random places among each class folder's files",
+                "**the same drop: bytes / first version's (target <= 1 %)**"):  # fmt: skip
         assert row in proc.stdout
+    # The interleaved drop wrote new leaves inside the version (not only at its folders' ends).
+    assert re.search(r"; [1-9]\d* new leaves of the version's \d+", proc.stdout), proc.stdout
     assert not work.exists()  # the work folder is removed afterwards
