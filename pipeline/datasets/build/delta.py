@@ -35,7 +35,7 @@ from pipeline.datasets import manifest as mf
 from pipeline.datasets.build import digest
 from pipeline.datasets.build.assemble import _assemble
 from pipeline.datasets.build.changes import Since, ledger_rows, pending_rows, settles
-from pipeline.datasets.build.planning import processed_rows
+from pipeline.datasets.build.planning import processed_rows, processed_stats
 from pipeline.datasets.build.values import _Sample
 from pipeline.datasets.build.windows import Fallback, cut, sample_of
 from pipeline.datasets.chunkread import read_entries, read_index, walk_leaves
@@ -182,7 +182,8 @@ class DeltaVersion:
     near: object  # NearDupState
     head: HeadLookup
     pieces: list[Piece]
-    processed: dict  # md5 -> _Processed of every sample the commit holds in memory
+    processed: dict  # md5 -> _Processed of the change set's contents
+    stats: dict  # md5 -> _Processed or _Stats of the new leaves' training contents (summaries)
     diff: dict[str, int]
     version_id: str
     codes: dict  # manifest.merge_codes of every sample, in leaf order (for the new digest)
@@ -220,14 +221,13 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
     if edges is None:
         edges = leaf_edges(session, head_leaves)  # the store's rows: two probes a leaf
     cutting = cut(data_root, head_leaves, edges, changes.affected, samples)
-    # The stats of the windows' unchanged samples: the sums of their leaves' summaries (new
-    # leaves, and head leaves recorded before summaries).
-    processed = dict(changes.processed)
+    # The new leaves' summaries read the stats of their training samples: the change set's
+    # contents are in hand, the windows' unchanged ones are read (their n_rows and stats alone).
     wanted = {
         s.md5 for _h, _size, _reused, part in cutting if part is not None for s in part
         if s.split == "train"
     }  # fmt: skip
-    processed.update(processed_rows(session, rh, wanted - processed.keys(), whole_table_above=None))
+    stats = {**processed_stats(session, rh, wanted - changes.processed.keys()), **changes.processed}
     # Under the commit's segments guard: gc removes nothing until the version is recorded.
     present = chunks.Present(data_root, [c[2].hash for c in cutting if c[2] is not None])
     codes = mf.merge_codes(_indexes(data_root, cutting, head_digest, present))
@@ -239,7 +239,8 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         near=near,
         head=head,
         pieces=cutting,
-        processed=processed,
+        processed=changes.processed,
+        stats=stats,
         diff=_diff_counts(session, since.version_id, changes.affected, samples),
         version_id=mf.version_id_of_indexes(dataset, rh, [codes]),
         codes=codes,
@@ -306,12 +307,12 @@ def _diff_counts(session: Session, head_id: str, affected: list[str], samples) -
 
 def load_leaf(session: Session, data_root: Path, recipe_hash: str):
     """For summaries.for_tree: a head leaf recorded before summaries, read from its metadata
-    part, with its train contents' processed rows."""
+    part, with its train contents' stats."""
 
     def load(h: str):
         part = [sample_of(r) for r in read_entries(data_root, h)]
         wanted = {s.md5 for s in part if s.split == "train"}
-        return part, processed_rows(session, recipe_hash, wanted, whole_table_above=None)
+        return part, processed_stats(session, recipe_hash, wanted)
 
     return load
 
@@ -368,7 +369,7 @@ def write_manifest(writer, delta: DeltaVersion, dataset, recipe, parent, session
     leaf_sums = summaries.for_tree(
         session,
         tree,
-        delta.processed,
+        delta.stats,
         load=load_leaf(session, data_root, recipe.recipe_hash),
     )
     totals = summaries.totals(leaf_sums.ordered)

@@ -15,6 +15,7 @@ from pipeline.datasets.build.values import (
     _Processed,
     _recipe,
     _settings,
+    _Stats,
 )
 from pipeline.datasets.dataroot import work_root
 from pipeline.datasets.head import head_version
@@ -105,6 +106,24 @@ def _files_to_process(session: Session, dataset: str, rh: str) -> list[tuple]:
     )
     rows.sort()  # by path, in code point order like commit (a SQL ORDER BY follows the collation)
     return rows
+
+
+def processed_stats(session: Session, rh: str, wanted: set[str]) -> dict[str, _Stats]:
+    """n_rows and stats of these contents under recipe ``rh``, all a leaf's summary reads of
+    them: three columns instead of processed_rows' ten took a third of its time for the
+    ~100,000 contents of a delta commit's windows at a million samples."""
+    md5s = sorted(wanted)
+    out: dict[str, _Stats] = {}
+    for i in range(0, len(md5s), 1000):
+        chunk = md5s[i : i + 1000]
+        for md5, n_rows, stats in driver_rows(
+            session,
+            "SELECT md5, n_rows, stats FROM processed_samples WHERE recipe_hash = ? "
+            f"AND md5 IN ({', '.join('?' * len(chunk))})",
+            (rh, *chunk),
+        ):
+            out[md5] = _Stats(n_rows, stats)
+    return out
 
 
 def _current_files(

@@ -161,6 +161,14 @@ class _Processed(NamedTuple):
     stats: str | None
 
 
+class _Stats(NamedTuple):
+    """What a leaf's summary reads of a content's processed row (summaries.summarize): its rows
+    per sample and its pixel sums."""
+
+    n_rows: int
+    stats: str | None
+
+
 # ---- plan -------------------------------------------------------------------------------------
 
 
