@@ -1,8 +1,9 @@
 """Scale benchmark: a dataset of N samples (default 1,000,000 tiny ``.npy`` arrays), built once,
 then grown by 1,000 files twice, then rebuilt with no change; diff and contains on the two
-consecutive versions; then grown twice more by 1,000 files whose names fall between the existing
-ones (as UUID- or hash-named files do), the drop that rewrites the most leaves. Everything in one process on a SQLite store (the peak RSS figure covers
-this process and its worker pool).
+consecutive versions; then grown twice more by 1,000 files whose names fall between the
+existing ones (as UUID- or hash-named files do), the drop that rewrites the most leaves.
+Everything in one process on a SQLite store (the peak RSS figure covers this process and its
+worker pool).
 
 Baselines measured in the same run: the full build (the incremental figures are shares of it),
 a bare ``os.scandir`` + stat walk of the lake (what any no-change rebuild must at least pay), in
