@@ -210,10 +210,13 @@ class VersionChunk(Base):
     ``version_samples`` (a gc'd version published again is deleted and re-inserted)."""
 
     __tablename__ = "version_chunks"
+    # "Is this leaf in that version?" is one probe (a version lookup by path or md5 asks it for
+    # every row it finds); its chunk_hash prefix serves "which versions hold this leaf" (0012).
+    __table_args__ = (Index("ix_version_chunks_chunk_version", "chunk_hash", "version_id"),)
 
     version_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     ordinal: Mapped[int] = mapped_column(Integer, primary_key=True)
-    chunk_hash: Mapped[str] = mapped_column(String(64), index=True)
+    chunk_hash: Mapped[str] = mapped_column(String(64))
     start: Mapped[int] = mapped_column(BigInteger)
 
 

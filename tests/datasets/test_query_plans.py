@@ -27,6 +27,11 @@ _INDEXED = re.compile(
     r"|INTEGER PRIMARY KEY \(rowid=\?)"
 )
 
+# The version check of a lookup of one version's entries (version_rows.ENTRIES_OF_VERSION).
+_VERSION_PROBE = re.compile(
+    r"^SEARCH vc USING (?:COVERING )?INDEX \w+ \(chunk_hash=\? AND version_id=\?\)"
+)
+
 
 def _traced(store) -> list[str]:
     statements: list[str] = []
@@ -69,12 +74,22 @@ def test_lookups_by_path_or_content_search_their_index(sqlite_store, home, monke
     lookups = _lookups(statements)
     db = sqlite3.connect(sqlite_store.url.removeprefix("sqlite:///"))
     try:
-        for sql in lookups:
-            plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql)]
-            outer = next(step for step in plan if step.startswith(("SEARCH", "SCAN")))
-            assert _INDEXED.match(outer), f"{sql[:160]}…\nplans as {plan}"
+        plans = {
+            sql: [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql)] for sql in lookups
+        }
     finally:
         db.close()
+    for sql, plan in plans.items():
+        outer = next(step for step in plan if step.startswith(("SEARCH", "SCAN")))
+        assert _INDEXED.match(outer), f"{sql[:160]}…\nplans as {plan}"
+    # A lookup of one version's entries checks each entry's leaf against the version with one
+    # probe of (chunk_hash, version_id): not a read of the row of every version sharing the leaf.
+    joined = [sql for sql in plans if "version_chunks vc" in sql]
+    assert joined, "no lookup of one version's entries ran"
+    for sql in joined:
+        assert any(_VERSION_PROBE.match(step) for step in plans[sql]), (
+            f"{sql[:160]}…\nplans as {plans[sql]}"
+        )
     # The lookups this test is about all ran (else it would pass by checking nothing).
     for shape in (
         "FROM ledger_files WHERE path IN",  # a shard's stat keys; the delta's ledger rows
