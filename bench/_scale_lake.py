@@ -57,20 +57,25 @@ def make_interleaved(lake: Path, samples: int, count: int, round_: int) -> None:
         os.utime(path, (old, old))
 
 
-def leaf_counts(work: Path, version_id: str | None = None) -> tuple[int, int]:
-    """(leaves the store holds, each written once by the first version that had it; leaves of
-    ``version_id``)."""
+def _one_value(work: Path, sql: str, params: tuple = ()) -> int:
     import sqlite3
 
     conn = sqlite3.connect(work / "data" / "metadata.db")
     try:
-        stored = conn.execute("SELECT COUNT(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0]
-        listed = conn.execute(
-            "SELECT COUNT(*) FROM version_chunks WHERE version_id = ?", (version_id,)
-        ).fetchone()[0]
-        return stored, listed
+        return conn.execute(sql, params).fetchone()[0]
     finally:
         conn.close()
+
+
+def stored_leaves(work: Path) -> int:
+    """Leaves the store holds (each written once, by the first version that had it)."""
+    return _one_value(work, "SELECT COUNT(*) FROM chunks WHERE kind = 'leaf'")
+
+
+def version_leaves(work: Path, version_id: str) -> int:
+    return _one_value(
+        work, "SELECT COUNT(*) FROM version_chunks WHERE version_id = ?", (version_id,)
+    )
 
 
 def tree_bytes(root: Path, *, skip: str | None = None) -> int:

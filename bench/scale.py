@@ -38,10 +38,11 @@ from bench._scale_lake import (  # noqa: E402
     CLASSES,
     SHAPE,
     data_bytes,
-    leaf_counts,
     make_files,
     make_interleaved,
+    stored_leaves,
     tree_bytes,
+    version_leaves,
 )
 
 WORK = Path(__file__).resolve().parent / "_work" / "scale"
@@ -78,6 +79,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.samples < 100 or args.add < 1:
         ap.error("--samples must be >= 100 and --add >= 1")
+    if args.add > args.samples:  # the drop at random places names each file after another
+        ap.error("--add must be at most --samples")
 
     work = args.work.resolve()
     shutil.rmtree(work, ignore_errors=True)
@@ -206,14 +209,15 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[tuple[str, str]], li
     mixed = []
     for k in range(2):
         make_interleaved(lake, args.samples, args.add, k)
-        before, leaves_before = data_bytes(work), leaf_counts(work)[0]
+        before, leaves_before = data_bytes(work), stored_leaves(work)
         t = time.perf_counter()
         got = run_build("scale", workers=args.workers)
         got_s = time.perf_counter() - t
         assert got.version is not None and got.version.added == args.add, got.to_dict()
         after = data_bytes(work)
-        leaves, listed = leaf_counts(work, got.version.version_id)
-        mixed.append((got_s, got, sum(after) - sum(before), leaves - leaves_before, listed))
+        written = stored_leaves(work) - leaves_before
+        listed = version_leaves(work, got.version.version_id)
+        mixed.append((got_s, got, sum(after) - sum(before), written, listed))
         print(f"interleaved increment {k + 1}: {got_s:.2f} s {got.seconds}", flush=True)
     rss = peak_rss_mb()
 

@@ -36,3 +36,21 @@ def test_scale_bench_runs_every_step_at_a_tiny_size(tmp_path: Path) -> None:
     # The interleaved drop wrote new leaves inside the version (not only at its folders' ends).
     assert re.search(r"; [1-9]\d* new leaves of the version's \d+", proc.stdout), proc.stdout
     assert not work.exists()  # the work folder is removed afterwards
+
+
+def test_scale_bench_refuses_more_files_to_add_than_samples_before_it_builds(
+    tmp_path: Path,
+) -> None:
+    """The drop at random places names each new file after an existing one: --add above
+    --samples would fail only after the full build, so it is refused at once."""
+    work = tmp_path / "scale"
+    proc = subprocess.run(
+        [sys.executable, "bench/scale.py", "--samples", "100", "--add", "101",
+         "--work", str(work), "--no-write"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--add must be at most --samples" in proc.stderr
+    assert not work.exists()  # nothing was made

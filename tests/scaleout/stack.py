@@ -258,6 +258,7 @@ class CeleryStack:
         )
         run_id = run["dag_run_id"]
         deadline = time.monotonic() + timeout
+        run = {"state": "unknown (no answer)"}  # every poll may time out
         while time.monotonic() < deadline:
             self.check_alive()
             r = self._poll(f"/dags/{dag_id}/dagRuns/{run_id}")
