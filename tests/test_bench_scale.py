@@ -13,17 +13,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_scale_bench_runs_every_step_at_a_tiny_size(tmp_path: Path) -> None:
-    work = tmp_path / "scale"
-    proc = subprocess.run(
-        [sys.executable, "bench/scale.py", "--samples", "300", "--add", "10", "--workers", "1",
-         "--work", str(work), "--no-write"],
+def _scale(work: Path, *args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """bench/scale.py with ``args``, its work folder ``work``, writing nothing to RESULTS."""
+    return subprocess.run(
+        [sys.executable, "bench/scale.py", *args, "--work", str(work), "--no-write"],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=600,
-    )  # fmt: skip
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_scale_bench_runs_every_step_at_a_tiny_size(tmp_path: Path) -> None:
+    work = tmp_path / "scale"
+    proc = _scale(work, "--samples", "300", "--add", "10", "--workers", "1", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for row in ("**incremental, end to end (target <= 5 s)**", "no-change rebuild / bare walk",
                 "the same walk split over 1 processes", "floor of an increment here",
@@ -44,13 +48,6 @@ def test_scale_bench_refuses_more_files_to_add_than_samples_before_it_builds(
     """The drop at random places names each new file after an existing one: --add above
     --samples would fail only after the full build, so it is refused at once."""
     work = tmp_path / "scale"
-    proc = subprocess.run(
-        [sys.executable, "bench/scale.py", "--samples", "100", "--add", "101",
-         "--work", str(work), "--no-write"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # fmt: skip
+    proc = _scale(work, "--samples", "100", "--add", "101", timeout=120)
     assert proc.returncode == 2 and "--add must be at most --samples" in proc.stderr
     assert not work.exists()  # nothing was made
