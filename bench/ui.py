@@ -1,7 +1,7 @@
 """Datasets page / JSON API benchmark: 100 versions of 100,000 samples each (10 M samples).
 
 Two stores of the same versions, side by side and open at once: ``chunked`` (how versions are recorded now:
-content-addressed leaves, ``chunks`` / ``chunk_entries`` rows for each distinct leaf and a
+content-addressed leaves, ``chunks`` rows and leaf entries for each distinct leaf and a
 ``version_chunks`` row per leaf per version; written with pipeline.datasets.chunks and
 recorded with the commit's own chunkrows.record_tree, the parent's leaves offered as a commit
 offers them) and ``rows`` (the layout before chunks: a ``version_samples`` row per sample per

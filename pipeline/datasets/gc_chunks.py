@@ -3,9 +3,9 @@ segments: a leaf lives while any version that gc keeps lists it in ``version_chu
 while any such version's manifest names it.
 
 What may go:
-- recorded chunks (``chunks`` rows, with their ``chunk_entries``) that no version left after
-  this gc references: those of the versions gc drops now, and orphans (rows a crash or an
-  earlier gc left behind);
+- recorded chunks (``chunks`` rows, with their leaf entries and the samples no other leaf
+  holds) that no version left after this gc references: those of the versions gc drops now,
+  and orphans (rows a crash or an earlier gc left behind);
 - chunk files the store never recorded (a build killed between writing and committing) and
   temp files of interrupted writes, once older than ``min_age_s``.
 Never a chunk that a version folder still on disk names without a store record yet (a build
@@ -29,12 +29,12 @@ from sqlalchemy.orm import Session
 
 from pipeline.datasets import chunkread
 from pipeline.datasets import chunks as ch
+from pipeline.datasets.leaf_entries import drop_entries
 from pipeline.metadata.datasets import (
     CHUNK_LEAF,
     CHUNK_NODE,
     VERSION_DELETED,
     Chunk,
-    ChunkEntry,
     DatasetVersion,
     VersionChunk,
 )
@@ -195,7 +195,7 @@ def delete_chunks(session: Session, data_root: Path, planned: list[dict[str, Any
     hashes = [c["hash"] for c in planned if c["recorded"]]
     for i in range(0, len(hashes), _BATCH):
         part = hashes[i : i + _BATCH]
-        session.execute(delete(ChunkEntry).where(ChunkEntry.chunk_hash.in_(part)))
+        drop_entries(session, part)
         session.execute(delete(Chunk).where(Chunk.hash.in_(part)))
 
 

@@ -192,6 +192,9 @@ class Chunk(Base):
     __tablename__ = "chunks"
 
     hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[int | None] = mapped_column(
+        BigInteger, unique=True, doc="the chunk's short name in leaf_entries; migration 0013"
+    )
     kind: Mapped[str] = mapped_column(String(8), doc="leaf | node")
     count: Mapped[int] = mapped_column(Integer, doc="samples in it (under it, for a node)")
     bytes: Mapped[int] = mapped_column(BigInteger, doc="size of the metadata part(s)")
@@ -220,21 +223,54 @@ class VersionChunk(Base):
     start: Mapped[int] = mapped_column(BigInteger)
 
 
-class ChunkEntry(Base):
-    """One sample of one DISTINCT leaf (``pos`` = its place in the leaf), shared by every version
-    holding the leaf: the index over chunk contents that answers contains (by path or md5) and
-    lets a diff read only the leaves that differ. Written once, with the leaf's ``chunks`` row."""
+class ChunkSample(Base):
+    """One distinct sample as leaves hold it (the metadata fields a leaf's rows carry), stored
+    once however many leaves hold it: a leaf cut again around a new file refers to its old
+    samples' rows instead of writing them again. Written by pipeline/datasets/leaf_entries.py;
+    migration 0013."""
 
-    __tablename__ = "chunk_entries"
+    __tablename__ = "chunk_samples"
     __table_args__ = (
-        Index("ix_chunk_entries_chunk_pos", "chunk_hash", "pos", unique=True),
-        Index("ix_chunk_entries_path", "path"),
-        Index("ix_chunk_entries_md5", "md5"),
+        Index("ix_chunk_samples_path", "path"),
+        Index("ix_chunk_samples_md5", "md5"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    chunk_hash: Mapped[str] = mapped_column(String(64))
-    pos: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(4096))
+    md5: Mapped[str] = mapped_column(String(32))
+    label: Mapped[str | None] = mapped_column(String(255))
+    split: Mapped[str] = mapped_column(String(8))
+    segment_id: Mapped[str] = mapped_column(String(64))
+    row: Mapped[int] = mapped_column(BigInteger)
+    line: Mapped[int | None] = mapped_column(Integer)
+    copy: Mapped[int] = mapped_column(Integer, default=0)
+    duplicate: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class LeafEntry(Base):
+    """One sample of one DISTINCT leaf (``pos`` = its place in the leaf), as three integers:
+    the leaf's ``chunks.id``, the position, the ``chunk_samples`` row. Written once, with the
+    leaf's ``chunks`` row; migration 0013."""
+
+    __tablename__ = "leaf_entries"
+    __table_args__ = (Index("ix_leaf_entries_sample", "sample_id"), {"sqlite_with_rowid": False})
+
+    chunk_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    pos: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sample_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class ChunkEntry(Base):
+    """A VIEW (migration 0013): one sample of one DISTINCT leaf, ``leaf_entries`` joined with
+    its leaf's hash and its ``chunk_samples`` row; shared by every version holding the leaf.
+    The index over chunk contents that answers contains (by path or md5, through the samples'
+    indexes) and lets a diff read only the leaves that differ. Read-only: written through
+    pipeline/datasets/leaf_entries.py."""
+
+    __tablename__ = "chunk_entries"
+
+    chunk_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pos: Mapped[int] = mapped_column(Integer, primary_key=True)
     path: Mapped[str] = mapped_column(String(4096))
     md5: Mapped[str] = mapped_column(String(32))
     label: Mapped[str | None] = mapped_column(String(255))

@@ -13,13 +13,13 @@ from pathlib import Path
 from sqlalchemy import select
 
 from pipeline.datasets import manifest as mf
-from pipeline.datasets.chunks import ENTRY_COLUMNS, entry_rows
+from pipeline.datasets.chunks import entry_rows
 from pipeline.datasets.chunkwrite import write_tree
+from pipeline.datasets.leaf_entries import allocate_ids, record_entries
 from pipeline.metadata.datasets import (
     CHUNK_LEAF,
     CHUNK_NODE,
     Chunk,
-    ChunkEntry,
     DatasetVersion,
     VersionChunk,
     VersionSample,
@@ -70,7 +70,7 @@ def add_version(
     parent_id: str | None = None,
 ) -> str:
     """Record a committed version of ``samples`` (the ``n``-th: created n seconds after T0);
-    its id. Chunked: chunk files written, ``chunks``/``chunk_entries`` rows for new leaves
+    its id. Chunked: chunk files written, ``chunks`` rows and leaf entries for new leaves
     only, ``version_chunks`` in order; else a ``version_samples`` row per sample."""
     samples = ordered(samples)
     key = json.dumps([(s.path, s.line, s.copy, s.md5, s.label, s.split) for s in samples])
@@ -93,8 +93,10 @@ def add_version(
                 if leaf.hash in have:
                     continue
                 have.add(leaf.hash)
+                (cid,) = allocate_ids(s, "chunks", 1)
                 s.add(
                     Chunk(
+                        id=cid,
                         hash=leaf.hash,
                         kind=CHUNK_LEAF,
                         count=leaf.count,
@@ -102,16 +104,22 @@ def add_version(
                         sha256=leaf.sha256_idx,
                     )
                 )
-                s.add_all(
-                    ChunkEntry(chunk_hash=leaf.hash, **dict(zip(ENTRY_COLUMNS, row, strict=True)))
-                    for row in entry_rows(part)
-                )
+                s.flush()
+                record_entries(s, ((cid, *row) for row in entry_rows(part)))
             for node in tree.nodes:
                 if node.hash not in have:
                     have.add(node.hash)
+                    (cid,) = allocate_ids(s, "chunks", 1)
                     s.add(
-                        Chunk(hash=node.hash, kind=CHUNK_NODE, count=node.count, bytes=node.bytes)
+                        Chunk(
+                            id=cid,
+                            hash=node.hash,
+                            kind=CHUNK_NODE,
+                            count=node.count,
+                            bytes=node.bytes,
+                        )
                     )
+                    s.flush()
             start = 0
             for i, leaf in enumerate(tree.leaves):
                 s.add(

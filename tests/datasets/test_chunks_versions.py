@@ -230,7 +230,8 @@ def _store_bytes(store) -> int:
         for table in (
             "chunks",
             "version_chunks",
-            "chunk_entries",
+            "chunk_samples",  # with leaf_entries, what the chunk_entries view reads
+            "leaf_entries",
             "version_samples",
             "version_segments",
             "version_invalid",

@@ -74,7 +74,9 @@ def test_db_upgrade_keeps_old_versions_answering(db_url, lt_env, monkeypatch):
     assert result.exit_code == 0, result.output
     engine = make_engine(db_url)
     assert current_revision(engine) == head_revision()
-    assert {"chunks", "version_chunks", "chunk_entries"} <= set(inspect(engine).get_table_names())
+    tables = set(inspect(engine).get_table_names())
+    assert {"chunks", "version_chunks", "chunk_samples", "leaf_entries"} <= tables
+    assert "chunk_entries" in inspect(engine).get_view_names()
     engine.dispose()
 
     store = MetadataStore(db_url)

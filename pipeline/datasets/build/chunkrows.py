@@ -1,5 +1,5 @@
-"""The store's record of a chunked version: ``chunks`` rows and ``chunk_entries`` rows for the
-leaves (and nodes) the store does not hold yet, and the version's ``version_chunks`` (its
+"""The store's record of a chunked version: ``chunks`` rows and leaf entries
+(pipeline/datasets/leaf_entries.py) for the leaves (and nodes) the store does not hold yet, and the version's ``version_chunks`` (its
 leaves in order). A leaf shared with an older version costs one ``version_chunks`` row here,
 nothing else: its entries are already recorded."""
 
@@ -17,13 +17,13 @@ from sqlalchemy.orm import Session
 from pipeline.datasets.build.windows import sample_of
 from pipeline.datasets.chunkread import read_entries, walk_leaves
 from pipeline.datasets.chunks import (
-    ENTRY_COLUMNS,
     LeafRef,
     NodeRef,
     Tree,
     entry_rows,
     sample_key,
 )
+from pipeline.datasets.leaf_entries import allocate_ids, record_entries
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import CHUNK_LEAF, CHUNK_NODE, VersionChunk
 from pipeline.metadata.driver import driver_executemany, driver_rows
@@ -158,24 +158,22 @@ def record_tree(
         for n in dict.fromkeys(nodes)
         if n.hash not in have_nodes
     ]
+    ids = allocate_ids(session, "chunks", len(chunk_rows))
     driver_executemany(
         session,
-        'INSERT INTO chunks (hash, kind, "count", bytes, sha256, summary, created_at) '
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        chunk_rows,
+        'INSERT INTO chunks (id, hash, kind, "count", bytes, sha256, summary, created_at) '
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(cid, *row) for cid, row in zip(ids, chunk_rows, strict=True)],
         batch=_INSERT_BATCH,
     )
-    cols = ", ".join(f'"{c}"' for c in ("chunk_hash", *ENTRY_COLUMNS))
-    # Made as they are inserted, a batch at a time: a first version's million rows are never
-    # held at once.
-    entries: Iterable[tuple] = chain.from_iterable(
-        ((leaf.hash, *row) for row in rows) for leaf, rows in new_leaves
-    )
-    driver_executemany(
+    # Made as they are recorded, a batch at a time: a first version's million rows are never
+    # held at once. The new leaves come first in chunk_rows, so ids[k] is leaf k's.
+    record_entries(
         session,
-        f"INSERT INTO chunk_entries ({cols}) VALUES ({', '.join('?' * (len(ENTRY_COLUMNS) + 1))})",
-        entries,
-        batch=_INSERT_BATCH,
+        chain.from_iterable(
+            ((cid, *row) for row in rows)
+            for cid, (_leaf, rows) in zip(ids, new_leaves, strict=False)
+        ),
     )
     # A gc'd version published again: its old leaf list goes first.
     session.execute(delete(VersionChunk).where(VersionChunk.version_id == version_id))

@@ -1,0 +1,148 @@
+"""The store's index over leaf contents, written and dropped: ``chunk_samples`` (each distinct
+sample once) and ``leaf_entries`` (a leaf's samples as integers), read through the
+``chunk_entries`` view (migration 0013).
+
+A leaf cut again around a new file holds ~127 samples the store already has under the leaf it
+replaces: their rows are found by path (the index contains searches anyway) and referred to,
+so the new leaf costs three integers a sample and a sample row per NEW sample only. At a
+million samples, 1,000 files at random places re-cut ~900 leaves: ~116,000 entries, each ~26
+bytes with its index instead of ~370 for a full row (bench/scale.py).
+
+Ids are allocated here, not by the database, so a batch's rows are inserted with
+``executemany`` (no driver returns an id per row from it): on SQLite the next ids after the
+largest, safe because the commit's transaction has already written (SQLite has one writer at a
+time and the lock is held to the commit); on PostgreSQL from the table's sequence, which
+concurrent commits of other datasets share without a collision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+
+from sqlalchemy.orm import Session
+
+from pipeline.metadata.driver import driver_executemany, driver_rows
+
+# The sample columns of chunk_samples, in the order a leaf row (chunks.ENTRY_COLUMNS) has them
+# after its position.
+SAMPLE_COLUMNS = ("path", "md5", "label", "split", "segment_id", "row", "line", "copy", "duplicate")
+_BATCH = 5000  # leaf rows taken at a time: a first version's million are never held at once
+_IN_BATCH = 500  # paths per IN (...) list
+
+_SEQUENCE = {"chunks": "chunks_id_seq", "chunk_samples": "chunk_samples_id_seq"}
+
+
+def allocate_ids(session: Session, table: str, n: int) -> list[int]:
+    """``n`` fresh ids for ``table`` (chunks or chunk_samples), in the caller's write
+    transaction."""
+    if n <= 0:
+        return []
+    if session.connection().dialect.name == "sqlite":
+        (top,) = driver_rows(session, f"SELECT COALESCE(MAX(id), 0) FROM {table}")[0]
+        return list(range(int(top) + 1, int(top) + 1 + n))
+    rows = driver_rows(
+        session, f"SELECT nextval('{_SEQUENCE[table]}') FROM generate_series(1, {int(n)})"
+    )
+    return [int(r[0]) for r in rows]
+
+
+def _key(row: Sequence[object]) -> tuple:
+    """A sample's identity as a tuple both drivers' rows compare equal to: a stored sample
+    read back (duplicate as 0/1 or a bool, row as an int) or a leaf row's columns."""
+    path, md5, label, split, segment_id, row_, line, copy, duplicate = row
+    return (
+        path,
+        md5,
+        label,
+        split,
+        segment_id,
+        int(row_),  # type: ignore[call-overload]
+        None if line is None else int(line),  # type: ignore[call-overload]
+        int(copy or 0),  # type: ignore[call-overload]
+        bool(duplicate),
+    )
+
+
+def _stored_ids(session: Session, paths: list[str]) -> dict[tuple, int]:
+    cols = ", ".join(f'"{c}"' for c in SAMPLE_COLUMNS)
+    out: dict[tuple, int] = {}
+    for i in range(0, len(paths), _IN_BATCH):
+        part = paths[i : i + _IN_BATCH]
+        for sid, *sample in driver_rows(
+            session,
+            f"SELECT id, {cols} FROM chunk_samples WHERE path IN ({', '.join('?' * len(part))})",
+            tuple(part),
+        ):
+            out.setdefault(_key(sample), int(sid))
+    return out
+
+
+def _batch_ids(session: Session, paths: list[str]) -> dict[tuple, int]:
+    """The stored samples at ``paths``, searched for in full only when a spread sample of 64 of
+    them finds one: a first version's samples are all new, and a batch's paths (a run of the
+    version's path order) are mostly all new or mostly all known. A known sample missed in a
+    batch of new ones is stored again under a new id, which costs its row and nothing else."""
+    probe = paths[:: max(1, len(paths) // 64)]
+    ids = _stored_ids(session, probe)
+    if ids:
+        taken = set(probe)
+        ids.update(_stored_ids(session, [p for p in paths if p not in taken]))
+    return ids
+
+
+def record_entries(session: Session, rows: Iterable[tuple]) -> None:
+    """Record leaf entries: ``rows`` are ``(chunk_id, pos, *SAMPLE_COLUMNS)``, drawn a batch
+    at a time. Each sample is stored once: one the store already holds is referred to."""
+    it = iter(rows)
+    cols = ", ".join(f'"{c}"' for c in ("id", *SAMPLE_COLUMNS))
+    while batch := list(islice(it, _BATCH)):
+        ids = _batch_ids(session, sorted({r[2] for r in batch}))
+        new: dict[tuple, None] = {}
+        keys = [_key(r[2:]) for r in batch]
+        for k in keys:
+            if k not in ids:
+                new[k] = None
+        for sid, k in zip(allocate_ids(session, "chunk_samples", len(new)), new, strict=True):
+            ids[k] = sid
+        driver_executemany(
+            session,
+            f"INSERT INTO chunk_samples ({cols}) VALUES ({', '.join('?' * (len(SAMPLE_COLUMNS) + 1))})",
+            [(ids[k], *k) for k in new],
+        )
+        driver_executemany(
+            session,
+            "INSERT INTO leaf_entries (chunk_id, pos, sample_id) VALUES (?, ?, ?)",
+            [(r[0], r[1], ids[k]) for r, k in zip(batch, keys, strict=True)],
+        )
+
+
+def drop_entries(session: Session, hashes: Sequence[str]) -> None:
+    """Drop the entries of the chunks ``hashes`` (before their ``chunks`` rows), and the
+    samples no other leaf refers to."""
+    for i in range(0, len(hashes), _IN_BATCH):
+        part = list(hashes[i : i + _IN_BATCH])
+        marks = ", ".join("?" * len(part))
+        chunk_ids = [r[0] for r in driver_rows(
+            session, f"SELECT id FROM chunks WHERE hash IN ({marks}) AND id IS NOT NULL", part
+        )]  # fmt: skip
+        for ids in _slices(chunk_ids):
+            id_marks = ", ".join("?" * len(ids))
+            samples = [r[0] for r in driver_rows(
+                session, f"SELECT DISTINCT sample_id FROM leaf_entries WHERE chunk_id IN ({id_marks})", ids
+            )]  # fmt: skip
+            driver_executemany(
+                session, f"DELETE FROM leaf_entries WHERE chunk_id IN ({id_marks})", [ids]
+            )
+            for sids in _slices(samples):
+                driver_executemany(
+                    session,
+                    f"DELETE FROM chunk_samples WHERE id IN ({', '.join('?' * len(sids))}) "
+                    "AND NOT EXISTS (SELECT 1 FROM leaf_entries le WHERE le.sample_id = chunk_samples.id)",
+                    [sids],
+                )
+
+
+def _slices(values: list[int]) -> Iterator[list[int]]:
+    for i in range(0, len(values), _IN_BATCH):
+        yield values[i : i + _IN_BATCH]
