@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.datasets import chunkread
 from pipeline.datasets import chunks as ch
-from pipeline.datasets.leaf_entries import drop_entries
+from pipeline.datasets.leaf_index import drop_entries
 from pipeline.metadata.datasets import (
     CHUNK_LEAF,
     CHUNK_NODE,

@@ -226,7 +226,7 @@ class VersionChunk(Base):
 class ChunkSample(Base):
     """One distinct sample as leaves hold it (the metadata fields a leaf's rows carry), stored
     once however many leaves hold it: a leaf cut again around a new file refers to its old
-    samples' rows instead of writing them again. Written by pipeline/datasets/leaf_entries.py;
+    samples' rows instead of writing them again. Written by pipeline/datasets/leaf_index.py;
     migration 0013."""
 
     __tablename__ = "chunk_samples"
@@ -265,7 +265,7 @@ class ChunkEntry(Base):
     its leaf's hash and its ``chunk_samples`` row; shared by every version holding the leaf.
     The index over chunk contents that answers contains (by path or md5, through the samples'
     indexes) and lets a diff read only the leaves that differ. Read-only: written through
-    pipeline/datasets/leaf_entries.py."""
+    pipeline/datasets/leaf_index.py."""
 
     __tablename__ = "chunk_entries"
 

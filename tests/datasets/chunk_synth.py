@@ -15,7 +15,7 @@ from sqlalchemy import select
 from pipeline.datasets import manifest as mf
 from pipeline.datasets.chunks import entry_rows
 from pipeline.datasets.chunkwrite import write_tree
-from pipeline.datasets.leaf_entries import allocate_ids, record_entries
+from pipeline.datasets.leaf_index import allocate_ids, record_entries
 from pipeline.metadata.datasets import (
     CHUNK_LEAF,
     CHUNK_NODE,

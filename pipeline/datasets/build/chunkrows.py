@@ -1,5 +1,5 @@
 """The store's record of a chunked version: ``chunks`` rows and leaf entries
-(pipeline/datasets/leaf_entries.py) for the leaves (and nodes) the store does not hold yet, and the version's ``version_chunks`` (its
+(pipeline/datasets/leaf_index.py) for the leaves (and nodes) the store does not hold yet, and the version's ``version_chunks`` (its
 leaves in order). A leaf shared with an older version costs one ``version_chunks`` row here,
 nothing else: its entries are already recorded."""
 
@@ -23,7 +23,7 @@ from pipeline.datasets.chunks import (
     entry_rows,
     sample_key,
 )
-from pipeline.datasets.leaf_entries import allocate_ids, record_entries
+from pipeline.datasets.leaf_index import allocate_ids, record_entries
 from pipeline.metadata.base import utcnow
 from pipeline.metadata.datasets import CHUNK_LEAF, CHUNK_NODE, VersionChunk
 from pipeline.metadata.driver import driver_executemany, driver_rows

@@ -10,7 +10,7 @@ and diff search), and a leaf's samples are ``leaf_entries`` rows of three intege
 ``chunks.id``, the position in the leaf, the sample's id (~26 bytes with their index). A leaf
 cut again costs those three integers per sample, plus a sample row for each new sample only.
 ``chunk_entries`` stays, as a view with the columns it had (less its own id), so every reader
-of it is unchanged; the writers are pipeline/datasets/leaf_entries.py and gc.
+of it is unchanged; the writers are pipeline/datasets/leaf_index.py and gc.
 
 Revision ID: 0013_leaf_entries
 Revises: 0012_version_chunk_lookup
