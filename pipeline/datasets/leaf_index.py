@@ -96,8 +96,25 @@ def record_entries(session: Session, rows: Iterable[tuple]) -> None:
     at a time. Each sample is stored once: one the store already holds is referred to."""
     it = iter(rows)
     cols = ", ".join(f'"{c}"' for c in ("id", *SAMPLE_COLUMNS))
+    add_samples = (
+        f"INSERT INTO chunk_samples ({cols}) VALUES ({', '.join('?' * (len(SAMPLE_COLUMNS) + 1))})"
+    )
+    add_entries = "INSERT INTO leaf_entries (chunk_id, pos, sample_id) VALUES (?, ?, ?)"
     while batch := list(islice(it, _BATCH)):
         ids = _batch_ids(session, sorted({r[2] for r in batch}))
+        if not ids:
+            # None stored (a first version's run): each row is a new sample, as the rows of
+            # one commit's leaves are one version's samples, never one twice.
+            fresh = allocate_ids(session, "chunk_samples", len(batch))
+            driver_executemany(
+                session, add_samples, [(sid, *r[2:]) for sid, r in zip(fresh, batch, strict=True)]
+            )
+            driver_executemany(
+                session,
+                add_entries,
+                [(r[0], r[1], sid) for sid, r in zip(fresh, batch, strict=True)],
+            )
+            continue
         new: dict[tuple, None] = {}
         keys = [_key(r[2:]) for r in batch]
         for k in keys:
@@ -105,15 +122,9 @@ def record_entries(session: Session, rows: Iterable[tuple]) -> None:
                 new[k] = None
         for sid, k in zip(allocate_ids(session, "chunk_samples", len(new)), new, strict=True):
             ids[k] = sid
+        driver_executemany(session, add_samples, [(ids[k], *k) for k in new])
         driver_executemany(
-            session,
-            f"INSERT INTO chunk_samples ({cols}) VALUES ({', '.join('?' * (len(SAMPLE_COLUMNS) + 1))})",
-            [(ids[k], *k) for k in new],
-        )
-        driver_executemany(
-            session,
-            "INSERT INTO leaf_entries (chunk_id, pos, sample_id) VALUES (?, ?, ?)",
-            [(r[0], r[1], ids[k]) for r, k in zip(batch, keys, strict=True)],
+            session, add_entries, [(r[0], r[1], ids[k]) for r, k in zip(batch, keys, strict=True)]
         )
 
 
