@@ -223,7 +223,21 @@ class VersionChunk(Base):
     start: Mapped[int] = mapped_column(BigInteger)
 
 
-class ChunkSample(Base):
+class _SampleFields:
+    """A sample as a leaf holds it: the columns chunk_samples stores and chunk_entries shows."""
+
+    path: Mapped[str] = mapped_column(String(4096))
+    md5: Mapped[str] = mapped_column(String(32))
+    label: Mapped[str | None] = mapped_column(String(255))
+    split: Mapped[str] = mapped_column(String(8))
+    segment_id: Mapped[str] = mapped_column(String(64))
+    row: Mapped[int] = mapped_column(BigInteger)
+    line: Mapped[int | None] = mapped_column(Integer)
+    copy: Mapped[int] = mapped_column(Integer, default=0)
+    duplicate: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ChunkSample(_SampleFields, Base):
     """One distinct sample as leaves hold it (the metadata fields a leaf's rows carry), stored
     once however many leaves hold it: a leaf cut again around a new file refers to its old
     samples' rows instead of writing them again. Written by pipeline/datasets/leaf_index.py;
@@ -236,15 +250,6 @@ class ChunkSample(Base):
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    path: Mapped[str] = mapped_column(String(4096))
-    md5: Mapped[str] = mapped_column(String(32))
-    label: Mapped[str | None] = mapped_column(String(255))
-    split: Mapped[str] = mapped_column(String(8))
-    segment_id: Mapped[str] = mapped_column(String(64))
-    row: Mapped[int] = mapped_column(BigInteger)
-    line: Mapped[int | None] = mapped_column(Integer)
-    copy: Mapped[int] = mapped_column(Integer, default=0)
-    duplicate: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class LeafEntry(Base):
@@ -260,7 +265,7 @@ class LeafEntry(Base):
     sample_id: Mapped[int] = mapped_column(BigInteger)
 
 
-class ChunkEntry(Base):
+class ChunkEntry(_SampleFields, Base):
     """A VIEW (migration 0013): one sample of one DISTINCT leaf, ``leaf_entries`` joined with
     its leaf's hash and its ``chunk_samples`` row; shared by every version holding the leaf.
     The index over chunk contents that answers contains (by path or md5, through the samples'
@@ -271,15 +276,6 @@ class ChunkEntry(Base):
 
     chunk_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     pos: Mapped[int] = mapped_column(Integer, primary_key=True)
-    path: Mapped[str] = mapped_column(String(4096))
-    md5: Mapped[str] = mapped_column(String(32))
-    label: Mapped[str | None] = mapped_column(String(255))
-    split: Mapped[str] = mapped_column(String(8))
-    segment_id: Mapped[str] = mapped_column(String(64))
-    row: Mapped[int] = mapped_column(BigInteger)
-    line: Mapped[int | None] = mapped_column(Integer)
-    copy: Mapped[int] = mapped_column(Integer, default=0)
-    duplicate: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 HEAD_PUBLISHED = "published"  # a new version became the head

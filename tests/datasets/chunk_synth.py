@@ -59,6 +59,14 @@ def ordered(samples: list[S]) -> list[S]:
     return sorted(samples, key=lambda s: (s.path, -1 if s.line is None else s.line, s.copy))
 
 
+def _add_chunk(s, **fields) -> int:
+    """A ``chunks`` row with an id of its own (leaf_index.allocate_ids); the id."""
+    (cid,) = allocate_ids(s, "chunks", 1)
+    s.add(Chunk(id=cid, **fields))
+    s.flush()
+    return cid
+
+
 def add_version(
     store,
     data_root: Path,
@@ -93,33 +101,17 @@ def add_version(
                 if leaf.hash in have:
                     continue
                 have.add(leaf.hash)
-                (cid,) = allocate_ids(s, "chunks", 1)
-                s.add(
-                    Chunk(
-                        id=cid,
-                        hash=leaf.hash,
-                        kind=CHUNK_LEAF,
-                        count=leaf.count,
-                        bytes=leaf.bytes,
-                        sha256=leaf.sha256_idx,
-                    )
-                )
-                s.flush()
+                cid = _add_chunk(
+                    s, hash=leaf.hash, kind=CHUNK_LEAF, count=leaf.count, bytes=leaf.bytes,
+                    sha256=leaf.sha256_idx,
+                )  # fmt: skip
                 record_entries(s, ((cid, *row) for row in entry_rows(part)))
             for node in tree.nodes:
                 if node.hash not in have:
                     have.add(node.hash)
-                    (cid,) = allocate_ids(s, "chunks", 1)
-                    s.add(
-                        Chunk(
-                            id=cid,
-                            hash=node.hash,
-                            kind=CHUNK_NODE,
-                            count=node.count,
-                            bytes=node.bytes,
-                        )
+                    _add_chunk(
+                        s, hash=node.hash, kind=CHUNK_NODE, count=node.count, bytes=node.bytes
                     )
-                    s.flush()
             start = 0
             for i, leaf in enumerate(tree.leaves):
                 s.add(

@@ -38,6 +38,21 @@ VIEW = (
 )
 
 
+def _sample_columns() -> list[sa.Column]:
+    """A sample's columns, as 0006 made them in chunk_entries (new objects for each table)."""
+    return [
+        sa.Column("path", sa.String(4096), nullable=False),
+        sa.Column("md5", sa.String(32), nullable=False),
+        sa.Column("label", sa.String(255)),
+        sa.Column("split", sa.String(8), nullable=False),
+        sa.Column("segment_id", sa.String(64), nullable=False),
+        sa.Column("row", sa.BigInteger, nullable=False),
+        sa.Column("line", sa.Integer),
+        sa.Column("copy", sa.Integer, nullable=False),
+        sa.Column("duplicate", sa.Boolean, nullable=False),
+    ]
+
+
 def _same(a: str, b: str, column: str) -> str:
     """NULL-safe equality in SQL both backends read."""
     return f"({a}.{column} = {b}.{column} OR ({a}.{column} IS NULL AND {b}.{column} IS NULL))"
@@ -56,19 +71,7 @@ def upgrade() -> None:
         op.execute("UPDATE chunks SET id = nextval('chunks_id_seq')")
     op.create_index("ix_chunks_id", "chunks", ["id"], unique=True)
 
-    op.create_table(
-        "chunk_samples",
-        sa.Column("id", BIG_ID, primary_key=True),
-        sa.Column("path", sa.String(4096), nullable=False),
-        sa.Column("md5", sa.String(32), nullable=False),
-        sa.Column("label", sa.String(255)),
-        sa.Column("split", sa.String(8), nullable=False),
-        sa.Column("segment_id", sa.String(64), nullable=False),
-        sa.Column("row", sa.BigInteger, nullable=False),
-        sa.Column("line", sa.Integer),
-        sa.Column("copy", sa.Integer, nullable=False),
-        sa.Column("duplicate", sa.Boolean, nullable=False),
-    )
+    op.create_table("chunk_samples", sa.Column("id", BIG_ID, primary_key=True), *_sample_columns())
     op.create_table(
         "leaf_entries",
         sa.Column("chunk_id", sa.BigInteger, primary_key=True),
@@ -105,15 +108,7 @@ def downgrade() -> None:
         sa.Column("id", BIG_ID, primary_key=True),
         sa.Column("chunk_hash", sa.String(64), nullable=False),
         sa.Column("pos", sa.Integer, nullable=False),
-        sa.Column("path", sa.String(4096), nullable=False),
-        sa.Column("md5", sa.String(32), nullable=False),
-        sa.Column("label", sa.String(255)),
-        sa.Column("split", sa.String(8), nullable=False),
-        sa.Column("segment_id", sa.String(64), nullable=False),
-        sa.Column("row", sa.BigInteger, nullable=False),
-        sa.Column("line", sa.Integer),
-        sa.Column("copy", sa.Integer, nullable=False),
-        sa.Column("duplicate", sa.Boolean, nullable=False),
+        *_sample_columns(),
     )
     op.execute(
         f"INSERT INTO chunk_entries_rows (chunk_hash, pos, {_SAMPLE}) "
