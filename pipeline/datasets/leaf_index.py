@@ -6,7 +6,11 @@ A leaf cut again around a new file holds ~127 samples the store already has unde
 replaces: their rows are found by path (the index contains searches anyway) and referred to,
 so the new leaf costs three integers a sample and a sample row per NEW sample only. At a
 million samples, 1,000 files at random places re-cut ~900 leaves: ~116,000 entries, each ~26
-bytes with its index instead of ~370 for a full row (bench/scale.py).
+bytes with its index instead of ~370 for a full row (SQLite's dbstat on a store of
+bench/scale.py's lake; the drop's bytes, old and new, in bench/RESULTS.md).
+
+An id freed by gc may be given again: nothing refers to it any more (a sample goes only once
+no leaf entry names it, a leaf's entries go with it).
 
 Ids are allocated here, not by the database, so a batch's rows are inserted with
 ``executemany`` (no driver returns an id per row from it): on SQLite the next ids after the

@@ -11,6 +11,11 @@ from typing import Any
 
 from pipeline.orchestration.devstack.processes import Proc
 
+# How long one request may take. A trigger is one short write to Airflow's database, but on a
+# machine whose disk is saturated (a clean-clone CI run on 12-07: I/O pressure ~80 %) the API
+# server took over 30 s to answer one; a request that hangs still fails, two minutes on.
+_TIMEOUT_S = 120
+
 
 class Api:
     def __init__(self, base_url: str, username: str, password: str) -> None:
@@ -29,7 +34,7 @@ class Api:
                 self.login()
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
+            with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
                 raw = resp.read()
                 return resp.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as exc:
