@@ -135,29 +135,30 @@ def record_entries(session: Session, rows: Iterable[tuple]) -> None:
 def drop_entries(session: Session, hashes: Sequence[str]) -> None:
     """Drop the entries of the chunks ``hashes`` (before their ``chunks`` rows), and the
     samples no other leaf refers to."""
-    for i in range(0, len(hashes), _IN_BATCH):
-        part = list(hashes[i : i + _IN_BATCH])
+    for part in _slices(list(hashes)):
         marks = ", ".join("?" * len(part))
         chunk_ids = [r[0] for r in driver_rows(
             session, f"SELECT id FROM chunks WHERE hash IN ({marks}) AND id IS NOT NULL", part
         )]  # fmt: skip
-        for ids in _slices(chunk_ids):
-            id_marks = ", ".join("?" * len(ids))
-            samples = [r[0] for r in driver_rows(
-                session, f"SELECT DISTINCT sample_id FROM leaf_entries WHERE chunk_id IN ({id_marks})", ids
-            )]  # fmt: skip
+        if not chunk_ids:
+            continue
+        id_marks = ", ".join("?" * len(chunk_ids))
+        samples = [r[0] for r in driver_rows(
+            session, f"SELECT DISTINCT sample_id FROM leaf_entries WHERE chunk_id IN ({id_marks})",
+            chunk_ids,
+        )]  # fmt: skip
+        driver_executemany(
+            session, f"DELETE FROM leaf_entries WHERE chunk_id IN ({id_marks})", [chunk_ids]
+        )
+        for sids in _slices(samples):
             driver_executemany(
-                session, f"DELETE FROM leaf_entries WHERE chunk_id IN ({id_marks})", [ids]
+                session,
+                f"DELETE FROM chunk_samples WHERE id IN ({', '.join('?' * len(sids))}) AND NOT "
+                "EXISTS (SELECT 1 FROM leaf_entries le WHERE le.sample_id = chunk_samples.id)",
+                [sids],
             )
-            for sids in _slices(samples):
-                driver_executemany(
-                    session,
-                    f"DELETE FROM chunk_samples WHERE id IN ({', '.join('?' * len(sids))}) "
-                    "AND NOT EXISTS (SELECT 1 FROM leaf_entries le WHERE le.sample_id = chunk_samples.id)",
-                    [sids],
-                )
 
 
-def _slices(values: list[int]) -> Iterator[list[int]]:
+def _slices(values: list) -> Iterator[list]:
     for i in range(0, len(values), _IN_BATCH):
         yield values[i : i + _IN_BATCH]

@@ -1,7 +1,7 @@
 """The store's record of a chunked version: ``chunks`` rows and leaf entries
-(pipeline/datasets/leaf_index.py) for the leaves (and nodes) the store does not hold yet, and the version's ``version_chunks`` (its
-leaves in order). A leaf shared with an older version costs one ``version_chunks`` row here,
-nothing else: its entries are already recorded."""
+(pipeline/datasets/leaf_index.py) for the leaves (and nodes) the store does not hold yet, and
+the version's ``version_chunks`` (its leaves in order). A leaf shared with an older version
+costs one ``version_chunks`` row here, nothing else: its entries are already recorded."""
 
 from __future__ import annotations
 
@@ -167,12 +167,13 @@ def record_tree(
         batch=_INSERT_BATCH,
     )
     # Made as they are recorded, a batch at a time: a first version's million rows are never
-    # held at once. The new leaves come first in chunk_rows, so ids[k] is leaf k's.
+    # held at once. The new leaves are chunk_rows' first rows, so their ids come first.
+    leaf_ids = ids[: len(new_leaves)]
     record_entries(
         session,
         chain.from_iterable(
             ((cid, *row) for row in rows)
-            for cid, (_leaf, rows) in zip(ids, new_leaves, strict=False)
+            for cid, (_leaf, rows) in zip(leaf_ids, new_leaves, strict=True)
         ),
     )
     # A gc'd version published again: its old leaf list goes first.

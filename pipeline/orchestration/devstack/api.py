@@ -15,6 +15,8 @@ from pipeline.orchestration.devstack.processes import Proc
 # machine whose disk is saturated (a clean-clone CI run on 12-07: I/O pressure ~80 %) the API
 # server took over 30 s to answer one; a request that hangs still fails, two minutes on.
 _TIMEOUT_S = 120
+# The health poll stays short: wait_healthy polls it again, within its own deadline.
+_HEALTH_TIMEOUT_S = 10
 
 
 class Api:
@@ -24,7 +26,12 @@ class Api:
         self.token: str | None = None
 
     def _request(
-        self, method: str, path: str, body: Any = None, auth: bool = True
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        auth: bool = True,
+        timeout: float = _TIMEOUT_S,
     ) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base + path, data=data, method=method)
@@ -34,7 +41,7 @@ class Api:
                 self.login()
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()
                 return resp.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as exc:
@@ -66,7 +73,9 @@ class Api:
 
     def health(self) -> dict | None:
         try:
-            status, body = self._request("GET", "/api/v2/monitor/health", auth=False)
+            status, body = self._request(
+                "GET", "/api/v2/monitor/health", auth=False, timeout=_HEALTH_TIMEOUT_S
+            )
         except (OSError, urllib.error.URLError):
             return None
         return body if status == 200 and isinstance(body, dict) else None
