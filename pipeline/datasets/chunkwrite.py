@@ -26,6 +26,7 @@ from pipeline.datasets.chunks import (
     Tree,
     chunk_file,
     chunk_path,
+    entry_line,
     index_bytes,
     meta_bytes,
     node_bytes,
@@ -39,6 +40,7 @@ def _cuts(
     samples: Sequence[SampleLike],
     parent: Sequence[tuple[LeafRef, bytes]] | None,
     settled: dict[str, bytes] | None = None,
+    formatted: dict[str, bytes] | None = None,
 ) -> list[tuple[int, int, str, int, LeafRef | None]]:
     """(start, stop, hash, size, the parent's leaf when it is one) of each leaf, by
     leaf_bounds' rule. Walking from a cut, a sample that begins one of the parent's leaves
@@ -49,11 +51,18 @@ def _cuts(
     no formatting either: its first and last keys in place and the cut after it suffice.
     Anywhere else the rule runs sample by sample. Either way
     every cut is the one leaf_bounds makes: the result is byte-identical to chunking from
-    scratch, which tests/datasets/test_chunks_reuse.py checks on random edits."""
+    scratch, which tests/datasets/test_chunks_reuse.py checks on random edits.
+
+    A sample is formatted once however its leaf is found (an offered leaf that does not match
+    shares its lines with the leaf cut instead). ``formatted``, when given, receives each new
+    leaf's metadata part by hash, for write_pieces: a delta commit's windows keep them (a few
+    MB); a full commit's would be every sample's (~200 MB at a million), so it formats its new
+    leaves again instead."""
     offered = {key: leaf for leaf, key in parent or ()}
     out: list[tuple[int, int, str, int, LeafRef | None]] = []
     n = len(samples)
     start = 0
+    lines: list[str] = []  # the metadata lines of samples[start:], as far as formatted
     while start < n:
         leaf = offered.get(sample_key(samples[start])) if offered else None
         if leaf is not None and start + leaf.count <= n:
@@ -65,22 +74,36 @@ def _cuts(
                 and chunks._cut_at(samples, start, stop - 1)
             ):
                 out.append((start, stop, leaf.hash, leaf.bytes, leaf))
+                del lines[: stop - start]
                 start = stop
                 continue
-            meta = meta_bytes(samples[start:stop])
+            meta = _part(samples, start, stop, lines)
             if (
                 len(meta) == leaf.bytes
                 and hashlib.sha256(meta).hexdigest() == leaf.hash
                 and chunks._cut_at(samples, start, stop - 1)
             ):
                 out.append((start, stop, leaf.hash, leaf.bytes, leaf))
+                del lines[: stop - start]
                 start = stop
                 continue
         stop = chunks.next_cut(samples, start)
-        meta = meta_bytes(samples[start:stop])
-        out.append((start, stop, hashlib.sha256(meta).hexdigest(), len(meta), None))
+        meta = _part(samples, start, stop, lines)
+        h = hashlib.sha256(meta).hexdigest()
+        if formatted is not None:
+            formatted[h] = meta
+        out.append((start, stop, h, len(meta), None))
+        del lines[: stop - start]  # what is left was formatted ahead, for the next leaf
         start = stop
     return out
+
+
+def _part(samples: Sequence[SampleLike], start: int, stop: int, lines: list[str]) -> bytes:
+    """The metadata part of samples[start:stop] (chunks.meta_bytes), formatting only the lines
+    ``lines`` (those of samples[start:], in order) does not hold yet, and keeping them there."""
+    if len(lines) < stop - start:
+        lines += [entry_line(s) + "\n" for s in samples[start + len(lines) : stop]]
+    return "".join(lines[: stop - start]).encode()
 
 
 def write_tree(
@@ -118,11 +141,12 @@ def write_pieces(
     *,
     known: Callable[[list[str]], dict[str, str]] | None = None,
     present: chunks.Present | None = None,
+    formatted: dict[str, bytes] | None = None,
 ) -> Tree:
     """Write the leaves that do not exist yet and the nodes above them (pass 2 of write_tree,
     also the delta commit's write, which cuts only the runs of samples that changed).
     ``present``: which chunk files exist, as the caller read them under the same segments
-    guard (else read here)."""
+    guard (else read here); ``formatted``: metadata parts the cut already made, by hash."""
     fresh = [p[0] for p in pieces if p[2] is None]
     have = known(fresh) if known is not None and fresh else {}
     if present is None:
@@ -147,7 +171,10 @@ def write_pieces(
             )
         idx = index_bytes(part)
         # The index first (renamed first): a metadata part on disk means its index is too.
-        written += out.add(Path(idx_path), idx) + out.add(Path(meta_path), meta_bytes(part))
+        meta = formatted.get(h) if formatted else None
+        if meta is None:
+            meta = meta_bytes(part)
+        written += out.add(Path(idx_path), idx) + out.add(Path(meta_path), meta)
         leaf = LeafRef(h, len(part), size, hashlib.sha256(idx).hexdigest())
         leaves.append(leaf)
         if sha_idx is None:

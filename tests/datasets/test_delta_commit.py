@@ -380,6 +380,43 @@ def test_a_delta_commit_reads_which_head_leaves_are_on_disk_once(store, home, mo
     assert len(made) == 1 and made[0] > 0, made
 
 
+def test_a_delta_commit_formats_each_sample_of_its_windows_once(store, home, monkeypatch):
+    """A window's samples are formatted into metadata lines once: the offered head leaf that
+    no longer matches, the leaf cut instead and the write of its part share the lines (they
+    were formatted three times, a third of a commit at random places on a million samples)."""
+    from collections import Counter
+
+    from pipeline.datasets import chunks, chunkwrite
+    from pipeline.datasets.build import build, delta
+
+    first, _data, _parts = _small_leaves_version(store, home, monkeypatch)
+    formatted: Counter = Counter()
+    real_line = chunks.entry_line
+
+    def counted(s):
+        formatted[(s.path, s.line, s.copy)] += 1
+        return real_line(s)
+
+    monkeypatch.setattr(chunks, "entry_line", counted)
+    monkeypatch.setattr(chunkwrite, "entry_line", counted)
+    prepared: list[object] = []
+    real = delta.prepare
+    monkeypatch.setattr(
+        delta, "prepare", lambda *a, **k: prepared.append(real(*a, **k)) or prepared[-1]
+    )
+    # Inside the folders, between existing names: each lands in a head leaf, which no longer
+    # formats to its bytes and is cut again.
+    for n, cls in enumerate(CLASSES):
+        write_jpeg(home / "lake" / f"pets/{cls}/005a.jpg", seed=8_000 + n)
+    second = build("pets", workers=1, store=store)
+    assert second is not None and second.samples == first.samples + len(CLASSES)
+    assert len(prepared) == 1  # the delta commit ran (no fallback)
+    cut_again = [s for _h, _n, reused, part in prepared[0].pieces if reused is None for s in part]
+    assert {f"pets/{cls}/005a.jpg" for cls in CLASSES} <= {s.path for s in cut_again}
+    assert formatted and max(formatted.values()) == 1, formatted.most_common(3)
+    assert {(s.path, s.line, s.copy) for s in cut_again} <= formatted.keys()
+
+
 # Cut short; two documents in one value (read as a batch, it would shift every later leaf's
 # summary by one); a document of another shape.
 @pytest.mark.parametrize("damage", ['{"n": ', '{"n": 1}, {"n": 2}', "[1, 2]"])

@@ -182,6 +182,7 @@ class DeltaVersion:
     near: object  # NearDupState
     head: HeadLookup
     pieces: list[Piece]
+    formatted: dict[str, bytes]  # the new leaves' metadata parts, as the cut made them
     processed: dict  # md5 -> _Processed of the change set's contents
     stats: dict  # md5 -> _Processed or _Stats of the new leaves' training contents (summaries)
     diff: dict[str, int]
@@ -220,7 +221,7 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
     edges = head_digest.edges_by_hash() if head_digest is not None else None
     if edges is None:
         edges = leaf_edges(session, head_leaves)  # the store's rows: two probes a leaf
-    cutting = cut(data_root, head_leaves, edges, changes.affected, samples)
+    cutting, formatted = cut(data_root, head_leaves, edges, changes.affected, samples)
     # The new leaves' summaries read the stats of their training samples: the change set's
     # contents are in hand, the windows' unchanged ones are read (their n_rows and stats alone).
     wanted = {
@@ -239,6 +240,7 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         near=near,
         head=head,
         pieces=cutting,
+        formatted=formatted,
         processed=changes.processed,
         stats=stats,
         diff=_diff_counts(session, since.version_id, changes.affected, samples),
@@ -365,7 +367,13 @@ def write_manifest(writer, delta: DeltaVersion, dataset, recipe, parent, session
     from pipeline.datasets.build.writer import invalid_bytes
     from pipeline.datasets.quality.compute import compute_report
 
-    tree = writer.pieces(data_root, delta.pieces, known_leaves(session), present=delta.present)
+    tree = writer.pieces(
+        data_root,
+        delta.pieces,
+        known_leaves(session),
+        present=delta.present,
+        formatted=delta.formatted,
+    )
     leaf_sums = summaries.for_tree(
         session,
         tree,

@@ -47,9 +47,11 @@ def cut(
     edges: dict[str, tuple[tuple, tuple]],
     affected: list[str],
     samples: list[_Sample],
-) -> list[Piece]:
+) -> tuple[list[Piece], dict[str, bytes]]:
     """Cut the new version: the head's leaves where nothing changed, cut again where the
-    affected paths fall (``edges``: each head leaf's first and last (path, line, copy))."""
+    affected paths fall (``edges``: each head leaf's first and last (path, line, copy)).
+    With the pieces, the new leaves' metadata parts as the cut formatted them (by hash), so
+    that the write does not format their samples again."""
     m = len(head_leaves)
     if m == 0 or any(leaf.hash not in edges for leaf in head_leaves):
         raise Fallback("the head's leaves are not all recorded")
@@ -67,6 +69,7 @@ def cut(
     by_path = [s.path for s in samples]
     entries = _Entries(data_root)
     out: list[Piece] = []
+    formatted: dict[str, bytes] = {}
     window_end = 0  # the head leaf after the last window (out holds whole leaves from there)
     k = 0
     while k < m:
@@ -94,8 +97,12 @@ def cut(
                 start -= 1  # nothing left here: the cut before it moves too
                 continue
             inside = head_leaves[start:stop]
+            made: dict[str, bytes] = {}  # this try's parts (a window that widens cuts again)
             cuts = _cuts(
-                window, _offered(entries, inside), _settled(entries, inside, dirty[start:stop])
+                window,
+                _offered(entries, inside),
+                _settled(entries, inside, dirty[start:stop]),
+                formatted=made,
             )
             if (
                 stop >= m
@@ -109,8 +116,9 @@ def cut(
             while stop < m and dirty[stop]:
                 stop += 1
         out += [(h, size, reused, window[a:b]) for a, b, h, size, reused in cuts]
+        formatted.update(made)
         k = window_end = stop
-    return out
+    return out, formatted
 
 
 def _offered(entries: _Entries, leaves: list[LeafRef]) -> list[tuple[LeafRef, bytes]]:

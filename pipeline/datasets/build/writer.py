@@ -71,10 +71,14 @@ class VersionWriter:
         pieces: Sequence[Piece],
         known: Callable[[list[str]], dict[str, str]] | None = None,
         present: Present | None = None,
+        formatted: dict[str, bytes] | None = None,
     ) -> Tree:
         """The delta commit's chunks: leaves already cut (build/delta.py); ``present``, the
-        reused leaves' files as the delta read them."""
-        return self._listed(write_pieces(data_root, pieces, known=known, present=present))
+        reused leaves' files as the delta read them; ``formatted``, the new leaves' metadata
+        parts as the cut made them."""
+        return self._listed(
+            write_pieces(data_root, pieces, known=known, present=present, formatted=formatted)
+        )
 
     def _listed(self, tree: Tree) -> Tree:
         pause_hook("chunks_written")
