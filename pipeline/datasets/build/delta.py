@@ -9,9 +9,9 @@ for byte. Then the commit needs only:
 - the **affected paths**: the changed and pending paths, the head's invalid files, and every
   path of a content one of them had or has (a content's first path decides its split and which
   of its paths are duplicates), closed under that rule; their samples are assembled as usual;
-- the **windows**: each run of the head's leaves that an affected path falls in (or beside),
-  widened by one leaf on each side, is read back from its metadata parts, merged with the
-  affected samples and cut again by the same rule, until the cut meets one of the head's leaf
+- the **windows**: each run of the head's leaves that an affected path falls in (windows.py
+  says where a window starts) is read back from its metadata parts, merged with the affected
+  samples and cut again by the same rule, until the cut meets one of the head's leaf
   boundaries again (then every later leaf is the head's: cuts depend on keys alone);
 - the rest of the head's leaves are taken whole, unread.
 

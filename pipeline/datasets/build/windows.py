@@ -1,11 +1,13 @@
 """The delta commit's windows (delta.py): where the head's leaves must be cut again.
 
-Each run of head leaves that an affected path falls in (or between) is widened by one clean
-leaf on each side: the clean leaf before it starts at a cut the edit cannot move (a cut
-depends on its sample's key, the next sample's top folder and the leaf's start, all the
-head's there), and the window is cut again, with the head's leaves offered, until its last
-leaf is a head leaf again (then every later cut is the head's). The rest of the head's leaves
-are taken whole, unread. The result is the cut of the whole new sample list, which
+A window is a run of the head leaves that affected paths fall in (a path between two leaves
+marks the one before). It starts at a cut the edit cannot move (a cut depends on its sample's
+key, the next sample's top folder and the leaf's start, all the head's there), unless its first
+sample is affected: then the cut before it follows that sample's folder, and the window starts
+one leaf earlier. It is cut again, with the head's leaves offered, and widened leaf by leaf
+while its last cut does not fall where the next head leaf starts (chunks.cut_follows); from a
+head boundary on, every cut is the head's. The rest of the head's leaves are taken whole,
+unread. The result is the cut of the whole new sample list, which
 tests/datasets/test_delta_commit.py checks against full commits.
 """
 
