@@ -21,8 +21,9 @@ concurrent commits of other datasets share without a collision.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -68,6 +69,33 @@ def _key(row: Sequence[object]) -> tuple:
     )
 
 
+def identity(sample: Any) -> tuple:
+    """A sample's identity (_key) from its attributes (a build's _Sample)."""
+    return _key(tuple(getattr(sample, c) for c in SAMPLE_COLUMNS))
+
+
+def leaf_sample_ids(session: Session, leaves: Mapping[str, int]) -> dict[str, list[int]]:
+    """The sample ids of recorded leaves (hash -> count), in position order; a leaf whose
+    entries are not all there (none should be) is left out."""
+    out: dict[str, list[int]] = {}
+    hashes = sorted(leaves)
+    for part in _slices(hashes):
+        rows = driver_rows(
+            session,
+            "SELECT c.hash, le.pos, le.sample_id FROM chunks c "
+            "JOIN leaf_entries le ON le.chunk_id = c.id "
+            f"WHERE c.hash IN ({', '.join('?' * len(part))}) ORDER BY c.hash, le.pos",
+            tuple(part),
+        )
+        got: dict[str, list[int]] = {}
+        for h, pos, sid in rows:
+            ids = got.setdefault(h, [])
+            if pos == len(ids):
+                ids.append(int(sid))
+        out.update((h, ids) for h, ids in got.items() if len(ids) == leaves[h])
+    return out
+
+
 def _stored_ids(session: Session, paths: list[str]) -> dict[tuple, int]:
     cols = ", ".join(f'"{c}"' for c in SAMPLE_COLUMNS)
     out: dict[tuple, int] = {}
@@ -95,9 +123,13 @@ def _batch_ids(session: Session, paths: list[str]) -> dict[tuple, int]:
     return ids
 
 
-def record_entries(session: Session, rows: Iterable[tuple]) -> None:
+def record_entries(
+    session: Session, rows: Iterable[tuple], known: Mapping[tuple, int] | None = None
+) -> None:
     """Record leaf entries: ``rows`` are ``(chunk_id, pos, *SAMPLE_COLUMNS)``, drawn a batch
-    at a time. Each sample is stored once: one the store already holds is referred to."""
+    at a time. Each sample is stored once: one the store already holds is referred to.
+    ``known`` (identity -> id): samples the caller knows are stored (a delta commit's, kept
+    from the head leaves it cuts again); only the others are searched for by path."""
     it = iter(rows)
     cols = ", ".join(f'"{c}"' for c in ("id", *SAMPLE_COLUMNS))
     add_samples = (
@@ -105,7 +137,14 @@ def record_entries(session: Session, rows: Iterable[tuple]) -> None:
     )
     add_entries = "INSERT INTO leaf_entries (chunk_id, pos, sample_id) VALUES (?, ?, ?)"
     while batch := list(islice(it, _BATCH)):
-        ids = _batch_ids(session, sorted({r[2] for r in batch}))
+        keys = [_key(r[2:]) for r in batch] if known else None
+        if keys is not None:
+            ids = {k: sid for k in keys if (sid := known.get(k)) is not None}  # type: ignore[union-attr]
+            rest = sorted({r[2] for r, k in zip(batch, keys, strict=True) if k not in ids})
+            if rest:
+                ids.update(_batch_ids(session, rest))
+        else:
+            ids = _batch_ids(session, sorted({r[2] for r in batch}))
         if not ids:
             # None stored (a first version's run): each row is a new sample, as the rows of
             # one commit's leaves are one version's samples, never one twice.
@@ -120,7 +159,8 @@ def record_entries(session: Session, rows: Iterable[tuple]) -> None:
             )
             continue
         new: dict[tuple, None] = {}
-        keys = [_key(r[2:]) for r in batch]
+        if keys is None:
+            keys = [_key(r[2:]) for r in batch]
         for k in keys:
             if k not in ids:
                 new[k] = None

@@ -112,6 +112,27 @@ def _version_files(data: Path, version_id: str) -> dict:
     }
 
 
+def _store_entries(db: Path, version_id: str) -> list[tuple]:
+    """The version's leaf entries as the store answers contains and diff (the chunk_entries
+    view), in version order, and the sample rows stored twice (none may be)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT vc.ordinal, ce.pos, ce.path, ce.md5, ce.label, ce.split, ce.segment_id, "
+            "ce.row, ce.line, ce.copy, ce.duplicate FROM version_chunks vc "
+            "JOIN chunk_entries ce ON ce.chunk_hash = vc.chunk_hash "
+            "WHERE vc.version_id = ? ORDER BY vc.ordinal, ce.pos",
+            (version_id,),
+        ).fetchall()
+        twice = conn.execute(
+            "SELECT path, md5, label, split, segment_id, row, line, copy, duplicate, count(*) "
+            "FROM chunk_samples GROUP BY path, md5, label, split, segment_id, row, line, copy, "
+            "duplicate HAVING count(*) > 1"
+        ).fetchall()
+    return rows + [("stored twice", *t) for t in twice]
+
+
 def _forget_summaries(db: Path) -> None:
     """The store as a release before leaf summaries left it (migration 0011: NULL)."""
     import sqlite3
@@ -243,6 +264,11 @@ def test_delta_commits_equal_full_commits(
         assert got["manifest"] == want["manifest"]
         assert got == want
         assert a.version.samples == want["manifest"]["counts"]["samples"]
+        # The store's entries too: the delta commit takes the kept samples' ids from the head
+        # leaves they come from, the full commit searches for them by path.
+        entries = _store_entries(homes["delta"] / "metadata.db", a.version.version_id)
+        assert len(entries) == a.version.samples
+        assert entries == _store_entries(homes["full"] / "metadata.db", b.version.version_id)
         quality = want["manifest"]["quality"]
         seen["near"] += quality["near_duplicates"]["groups"]
         seen["conflicts"] += quality["label_conflicts"]["count"]
@@ -424,6 +450,73 @@ def test_a_delta_commit_formats_each_sample_of_its_windows_once(store, home, mon
     for h, _n, reused, part in prepared[0].pieces:
         if reused is None:  # written, under the sha256 of the very bytes formatted
             assert read_meta(data, h) == chunks.meta_bytes(part)
+
+
+@pytest.mark.parametrize("know", ["from the leaves", "by path"])
+def test_a_delta_commit_takes_the_kept_samples_ids_from_their_head_leaves(
+    store, home, monkeypatch, know
+) -> None:
+    """The re-cut leaves' kept samples are stored already: their ids come from the head
+    leaves' entries by position, and only the change set's paths are searched for. Past
+    KNOW_AT_MOST ("by path") every path is searched. Either way the store's entries are the
+    version's metadata, and no sample is stored twice."""
+    from sqlalchemy import text
+
+    from pipeline.datasets import leaf_index
+    from pipeline.datasets import manifest as mf
+    from pipeline.datasets.build import build, delta
+
+    if know == "by path":
+        monkeypatch.setattr(delta, "KNOW_AT_MOST", 0)
+    first, data, _parts = _small_leaves_version(store, home, monkeypatch)
+    searched: list[str] = []
+    real = leaf_index._stored_ids
+    monkeypatch.setattr(
+        leaf_index,
+        "_stored_ids",
+        lambda session, paths: searched.extend(paths) or real(session, paths),
+    )
+    prepared: list[object] = []
+    real_prepare = delta.prepare
+    monkeypatch.setattr(
+        delta, "prepare", lambda *a, **k: prepared.append(real_prepare(*a, **k)) or prepared[-1]
+    )
+    new = {f"pets/{cls}/005a.jpg" for cls in CLASSES}
+    for n, path in enumerate(sorted(new)):
+        write_jpeg(home / "lake" / path, seed=8_000 + n)
+    second = build("pets", workers=1, store=store)
+    assert second is not None and second.samples == first.samples + len(new)
+    assert len(prepared) == 1  # the delta commit ran (no fallback)
+    if know == "from the leaves":
+        assert prepared[0].known_samples
+        assert searched and set(searched) <= new, sorted(set(searched) - new)
+    else:
+        assert not prepared[0].known_samples and set(searched) - new
+    folder = mf.version_dir(data, "pets", second.version_id)
+    metadata = [
+        json.loads(line)
+        for part in (folder / mf.PARTS).read_text().split()
+        for line in (data / part).read_text().splitlines()
+    ]
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT ce.path, ce.md5, ce.label, ce.split, ce.segment_id, ce.row "
+                "FROM version_chunks vc JOIN chunk_entries ce ON ce.chunk_hash = vc.chunk_hash "
+                "WHERE vc.version_id = :v ORDER BY vc.ordinal, ce.pos"
+            ),
+            {"v": second.version_id},
+        ).all()
+        twice = conn.execute(
+            text(
+                "SELECT path FROM chunk_samples GROUP BY path, md5, label, split, segment_id, "
+                'row, line, "copy", duplicate HAVING count(*) > 1'
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        (m["path"], m["md5"], m["label"], m["split"], m["segment"], m["row"]) for m in metadata
+    ]
+    assert twice == []
 
 
 # Cut short; two documents in one value (read as a batch, it would shift every later leaf's

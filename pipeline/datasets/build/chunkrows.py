@@ -6,7 +6,7 @@ costs one ``version_chunks`` row here, nothing else: its entries are already rec
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
@@ -129,11 +129,13 @@ def record_tree(
     manifest: dict,
     tree: Tree | None,
     summaries: dict[str, str] | None = None,
+    known_samples: Mapping[tuple, int] | None = None,
 ) -> set[str]:
     """Record the version's chunks. ``tree`` is what this commit wrote; None when the version
     was found published on disk (then its leaves are walked from the manifest). ``summaries``
     (hash -> summary JSON) go into the new leaves' rows as they are inserted; the hashes of the
-    leaves inserted come back (the others' summaries are the caller's to update)."""
+    leaves inserted come back (the others' summaries are the caller's to update).
+    ``known_samples``: the stored samples the new leaves are known to hold (record_entries)."""
     section = manifest["chunks"]
     if tree is None:
         leaves = walk_leaves(data_root, section)
@@ -175,6 +177,7 @@ def record_tree(
             ((cid, *row) for row in rows)
             for cid, (_leaf, rows) in zip(leaf_ids, new_leaves, strict=True)
         ),
+        known=known_samples,
     )
     # A gc'd version published again: its old leaf list goes first.
     session.execute(delete(VersionChunk).where(VersionChunk.version_id == version_id))

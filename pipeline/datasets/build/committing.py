@@ -292,6 +292,7 @@ def commit(
                 manifest,
                 tree,
                 {h: leaf.to_json() for h, leaf in computed.items()},
+                known_samples=delta.known_samples if delta is not None else None,
             )
             summaries.store_missing(
                 session, {h: leaf for h, leaf in computed.items() if h not in inserted}

@@ -183,6 +183,7 @@ class DeltaVersion:
     head: HeadLookup
     pieces: list[Piece]
     formatted: dict[str, bytes]  # the new leaves' metadata parts, as the cut made them
+    known_samples: dict[tuple, int]  # the kept head samples' store ids, by identity
     processed: dict  # md5 -> _Processed of the change set's contents
     stats: dict  # md5 -> _Processed or _Stats of the new leaves' training contents (summaries)
     diff: dict[str, int]
@@ -221,7 +222,8 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
     edges = head_digest.edges_by_hash() if head_digest is not None else None
     if edges is None:
         edges = leaf_edges(session, head_leaves)  # the store's rows: two probes a leaf
-    cutting, formatted = cut(data_root, head_leaves, edges, changes.affected, samples)
+    made = cut(data_root, head_leaves, edges, changes.affected, samples)
+    cutting = made.pieces
     # The new leaves' summaries read the stats of their training samples: the change set's
     # contents are in hand, the windows' unchanged ones are read (their n_rows and stats alone).
     wanted = {
@@ -240,7 +242,8 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         near=near,
         head=head,
         pieces=cutting,
-        formatted=formatted,
+        formatted=made.formatted,
+        known_samples=_known_samples(session, head_leaves, made.kept),
         processed=changes.processed,
         stats=stats,
         diff=_diff_counts(session, since.version_id, changes.affected, samples),
@@ -249,6 +252,30 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
         head_edges=edges,
         present=present,
     )
+
+
+# Kept head samples whose ids a delta commit reads from their leaves, at most: ~200 bytes each
+# held until the commit records them (1,000 files at random places among a million samples keep
+# ~215,000); a drop that re-cuts most of a large version searches by path instead.
+KNOW_AT_MOST = 300_000
+
+
+def _known_samples(session: Session, head_leaves, kept: dict) -> dict[tuple, int]:
+    """The store ids of the head samples the windows keep, from their head leaves' entries by
+    position (leaf_index.record_entries then searches by path for the change set's alone:
+    ~4 us a sample at a million, most of what a drop at random places records)."""
+    from pipeline.datasets.leaf_index import identity, leaf_sample_ids
+
+    if sum(len(pairs) for pairs in kept.values()) > KNOW_AT_MOST:
+        return {}
+    counts = {leaf.hash: leaf.count for leaf in head_leaves if leaf.hash in kept}
+    ids = leaf_sample_ids(session, counts)
+    return {
+        identity(s): got[pos]
+        for h, pairs in kept.items()
+        if (got := ids.get(h)) is not None
+        for pos, s in pairs
+    }
 
 
 def _indexes(data_root: Path, cutting, head_digest, present: chunks.Present) -> list[dict]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from pathlib import Path
+from typing import NamedTuple
 
 from pipeline.datasets import chunks
 from pipeline.datasets.build.values import _Sample
@@ -27,6 +28,19 @@ from pipeline.datasets.chunkwrite import Piece, _cuts
 # large version would otherwise hold all of its metadata at once (~200 MB a million samples)
 # on top of its samples. Past this, the write formats a part again.
 KEEP_FORMATTED_BYTES = 64 << 20
+
+
+class Cut(NamedTuple):
+    """What cut() makes of the head and the change set."""
+
+    pieces: list[Piece]
+    # The new leaves' metadata parts as the cut formatted them, by hash (up to
+    # KEEP_FORMATTED_BYTES), so that the write does not format their samples again.
+    formatted: dict[str, bytes]
+    # The head samples the windows keep, as (position, sample) under each head leaf they come
+    # from: their store rows are the head leaf's entries at those positions
+    # (leaf_index.record_entries need not search for them).
+    kept: dict[str, list[tuple[int, _Sample]]]
 
 
 class Fallback(Exception):
@@ -55,11 +69,9 @@ def cut(
     edges: dict[str, tuple[tuple, tuple]],
     affected: list[str],
     samples: list[_Sample],
-) -> tuple[list[Piece], dict[str, bytes]]:
+) -> Cut:
     """Cut the new version: the head's leaves where nothing changed, cut again where the
-    affected paths fall (``edges``: each head leaf's first and last (path, line, copy)).
-    With the pieces, the new leaves' metadata parts as the cut formatted them (by hash, up to
-    KEEP_FORMATTED_BYTES), so that the write does not format their samples again."""
+    affected paths fall (``edges``: each head leaf's first and last (path, line, copy))."""
     m = len(head_leaves)
     if m == 0 or any(leaf.hash not in edges for leaf in head_leaves):
         raise Fallback("the head's leaves are not all recorded")
@@ -78,6 +90,7 @@ def cut(
     entries = _Entries(data_root)
     out: list[Piece] = []
     formatted: dict[str, bytes] = {}
+    kept: dict[str, list[tuple[int, _Sample]]] = {}
     kept_bytes = 0
     window_end = 0  # the head leaf after the last window (out holds whole leaves from there)
     k = 0
@@ -101,7 +114,7 @@ def cut(
             k = start
             lo = 0 if start == 0 else bisect_left(by_path, firsts[start])
             hi = len(samples) if stop >= m else bisect_left(by_path, firsts[stop])
-            window = _window(entries, head_leaves[start:stop], gone, samples[lo:hi])
+            window, origins = _window(entries, head_leaves[start:stop], gone, samples[lo:hi])
             if not window and start > 0:
                 start -= 1  # nothing left here: the cut before it moves too
                 continue
@@ -129,8 +142,9 @@ def cut(
             if kept_bytes + len(meta) <= KEEP_FORMATTED_BYTES:
                 formatted[h] = meta
                 kept_bytes += len(meta)
+        kept.update(origins)
         k = window_end = stop
-    return out, formatted
+    return Cut(out, formatted, kept)
 
 
 def _offered(entries: _Entries, leaves: list[LeafRef]) -> list[tuple[LeafRef, bytes]]:
@@ -171,10 +185,17 @@ class _Entries:
 
 def _window(
     entries: _Entries, leaves: list[LeafRef], gone: set[str], affected: list[_Sample]
-) -> list[_Sample]:
+) -> tuple[list[_Sample], dict[str, list[tuple[int, _Sample]]]]:
     """The new samples over these head leaves: theirs but the affected paths', and the
-    affected samples in their range, by path."""
-    kept = [s for leaf in leaves for s in map(sample_of, entries(leaf)) if s.path not in gone]
+    affected samples in their range, by path; and where each kept one comes from (Cut.kept)."""
+    origins: dict[str, list[tuple[int, _Sample]]] = {}
+    kept: list[_Sample] = []
+    for leaf in leaves:
+        mine = [
+            (pos, s) for pos, s in enumerate(map(sample_of, entries(leaf))) if s.path not in gone
+        ]
+        origins[leaf.hash] = mine
+        kept += [s for _pos, s in mine]
     # An affected path's samples all come from the change set: merge by path (a stable sort
     # keeps each path's rows in their order).
-    return sorted(kept + affected, key=lambda s: s.path)
+    return sorted(kept + affected, key=lambda s: s.path), origins
