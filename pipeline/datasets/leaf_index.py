@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -67,11 +66,6 @@ def _key(row: Sequence[object]) -> tuple:
         int(copy or 0),  # type: ignore[call-overload]
         bool(duplicate),
     )
-
-
-def identity(sample: Any) -> tuple:
-    """A sample's identity (_key) from its attributes (a build's _Sample)."""
-    return _key(tuple(getattr(sample, c) for c in SAMPLE_COLUMNS))
 
 
 def leaf_sample_ids(session: Session, leaves: Mapping[str, int]) -> dict[str, list[int]]:
@@ -124,52 +118,55 @@ def _batch_ids(session: Session, paths: list[str]) -> dict[tuple, int]:
 
 
 def record_entries(
-    session: Session, rows: Iterable[tuple], known: Mapping[tuple, int] | None = None
+    session: Session, rows: Iterable[tuple], kept: Mapping[tuple, int] | None = None
 ) -> None:
     """Record leaf entries: ``rows`` are ``(chunk_id, pos, *SAMPLE_COLUMNS)``, drawn a batch
     at a time. Each sample is stored once: one the store already holds is referred to.
-    ``known`` (identity -> id): samples the caller knows are stored (a delta commit's, kept
-    from the head leaves it cuts again); only the others are searched for by path."""
+    ``kept`` (``place_of`` -> id): samples the caller knows the store holds, row for row (a
+    delta commit's, kept unchanged from the head leaves it cuts again: no other sample of the
+    version is at their place); only the other rows are searched for, by path."""
     it = iter(rows)
+    add_entries = "INSERT INTO leaf_entries (chunk_id, pos, sample_id) VALUES (?, ?, ?)"
+    while batch := list(islice(it, _BATCH)):
+        sids: list[int | None] = [None] * len(batch)
+        if kept:
+            sids = [kept.get(place_of(r[2], r[8], r[9])) for r in batch]
+        rest = [i for i, sid in enumerate(sids) if sid is None]
+        for i, sid in zip(rest, _sample_ids(session, [batch[i] for i in rest]), strict=True):
+            sids[i] = sid
+        driver_executemany(
+            session, add_entries, [(r[0], r[1], sid) for r, sid in zip(batch, sids, strict=True)]
+        )
+
+
+def place_of(path: str, line: int | None, copy: int | None) -> tuple[str, int | None, int]:
+    """Where a sample is in its version: its path, table line and augmented copy."""
+    return (path, None if line is None else int(line), int(copy or 0))
+
+
+def _sample_ids(session: Session, rows: list[tuple]) -> list[int]:
+    """The chunk_samples ids of leaf rows, each stored first where the store lacks it."""
+    if not rows:
+        return []
     cols = ", ".join(f'"{c}"' for c in ("id", *SAMPLE_COLUMNS))
     add_samples = (
         f"INSERT INTO chunk_samples ({cols}) VALUES ({', '.join('?' * (len(SAMPLE_COLUMNS) + 1))})"
     )
-    add_entries = "INSERT INTO leaf_entries (chunk_id, pos, sample_id) VALUES (?, ?, ?)"
-    while batch := list(islice(it, _BATCH)):
-        keys = [_key(r[2:]) for r in batch] if known else None
-        if keys is not None:
-            ids = {k: sid for k in keys if (sid := known.get(k)) is not None}  # type: ignore[union-attr]
-            rest = sorted({r[2] for r, k in zip(batch, keys, strict=True) if k not in ids})
-            if rest:
-                ids.update(_batch_ids(session, rest))
-        else:
-            ids = _batch_ids(session, sorted({r[2] for r in batch}))
-        if not ids:
-            # None stored (a first version's run): each row is a new sample, as the rows of
-            # one commit's leaves are one version's samples, never one twice.
-            fresh = allocate_ids(session, "chunk_samples", len(batch))
-            driver_executemany(
-                session, add_samples, [(sid, *r[2:]) for sid, r in zip(fresh, batch, strict=True)]
-            )
-            driver_executemany(
-                session,
-                add_entries,
-                [(r[0], r[1], sid) for sid, r in zip(fresh, batch, strict=True)],
-            )
-            continue
-        new: dict[tuple, None] = {}
-        if keys is None:
-            keys = [_key(r[2:]) for r in batch]
-        for k in keys:
-            if k not in ids:
-                new[k] = None
-        for sid, k in zip(allocate_ids(session, "chunk_samples", len(new)), new, strict=True):
-            ids[k] = sid
-        driver_executemany(session, add_samples, [(ids[k], *k) for k in new])
+    ids = _batch_ids(session, sorted({r[2] for r in rows}))
+    if not ids:
+        # None stored (a first version's run): each row is a new sample, as the rows of one
+        # commit's leaves are one version's samples, never one twice.
+        fresh = allocate_ids(session, "chunk_samples", len(rows))
         driver_executemany(
-            session, add_entries, [(r[0], r[1], ids[k]) for r, k in zip(batch, keys, strict=True)]
+            session, add_samples, [(sid, *r[2:]) for sid, r in zip(fresh, rows, strict=True)]
         )
+        return fresh
+    keys = [_key(r[2:]) for r in rows]
+    new = dict.fromkeys(k for k in keys if k not in ids)
+    for sid, k in zip(allocate_ids(session, "chunk_samples", len(new)), new, strict=True):
+        ids[k] = sid
+    driver_executemany(session, add_samples, [(ids[k], *k) for k in new])
+    return [ids[k] for k in keys]
 
 
 def drop_entries(session: Session, hashes: Sequence[str]) -> None:

@@ -177,7 +177,7 @@ def record_tree(
             ((cid, *row) for row in rows)
             for cid, (_leaf, rows) in zip(leaf_ids, new_leaves, strict=True)
         ),
-        known=known_samples,
+        kept=known_samples,
     )
     # A gc'd version published again: its old leaf list goes first.
     session.execute(delete(VersionChunk).where(VersionChunk.version_id == version_id))

@@ -183,7 +183,7 @@ class DeltaVersion:
     head: HeadLookup
     pieces: list[Piece]
     formatted: dict[str, bytes]  # the new leaves' metadata parts, as the cut made them
-    known_samples: dict[tuple, int]  # the kept head samples' store ids, by identity
+    known_samples: dict[tuple, int]  # the kept head samples' store ids, by place (leaf_index)
     processed: dict  # md5 -> _Processed of the change set's contents
     stats: dict  # md5 -> _Processed or _Stats of the new leaves' training contents (summaries)
     diff: dict[str, int]
@@ -264,14 +264,14 @@ def _known_samples(session: Session, head_leaves, kept: dict) -> dict[tuple, int
     """The store ids of the head samples the windows keep, from their head leaves' entries by
     position (leaf_index.record_entries then searches by path for the change set's alone:
     ~4 us a sample at a million, most of what a drop at random places records)."""
-    from pipeline.datasets.leaf_index import identity, leaf_sample_ids
+    from pipeline.datasets.leaf_index import leaf_sample_ids, place_of
 
     if sum(len(pairs) for pairs in kept.values()) > KNOW_AT_MOST:
         return {}
     counts = {leaf.hash: leaf.count for leaf in head_leaves if leaf.hash in kept}
     ids = leaf_sample_ids(session, counts)
     return {
-        identity(s): got[pos]
+        place_of(s.path, s.line, s.copy): got[pos]
         for h, pairs in kept.items()
         if (got := ids.get(h)) is not None
         for pos, s in pairs
