@@ -3,11 +3,13 @@ sample once) and ``leaf_entries`` (a leaf's samples as integers), read through t
 ``chunk_entries`` view (migration 0013).
 
 A leaf cut again around a new file holds ~127 samples the store already has under the leaf it
-replaces: their rows are found by path (the index contains searches anyway) and referred to,
-so the new leaf costs three integers a sample and a sample row per NEW sample only. At a
-million samples, 1,000 files at random places re-cut ~900 leaves: ~116,000 entries, each ~26
-bytes with its index instead of ~370 for a full row (SQLite's dbstat on a store of
-bench/scale.py's lake; the drop's bytes, old and new, in bench/RESULTS.md).
+replaces: they are referred to, so the new leaf costs three integers a sample and a sample row
+per NEW sample only. A delta commit knows which head leaf and position each kept sample comes
+from, and reads their ids from those leaves' entries (``leaf_sample_ids``); any other sample is
+searched for by path (the index contains searches anyway). At a million samples, 1,000 files at
+random places re-cut ~900 leaves holding ~215,000 samples (a longer leaf is more likely to be
+hit), each entry ~26 bytes with its index instead of ~370 for a full row (SQLite's dbstat on a
+store of bench/scale.py's lake; the drop's bytes, old and new, in bench/RESULTS.md).
 
 An id freed by gc may be given again: nothing refers to it any more (a sample goes only once
 no leaf entry names it, a leaf's entries go with it).
