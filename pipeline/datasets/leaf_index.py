@@ -130,12 +130,15 @@ def record_entries(
     it = iter(rows)
     add_entries = "INSERT INTO leaf_entries (chunk_id, pos, sample_id) VALUES (?, ?, ?)"
     while batch := list(islice(it, _BATCH)):
-        sids: list[int | None] = [None] * len(batch)
         if kept:
-            sids = [kept.get(place_of(r[2], r[8], r[9])) for r in batch]
-        rest = [i for i, sid in enumerate(sids) if sid is None]
-        for i, sid in zip(rest, _sample_ids(session, [batch[i] for i in rest]), strict=True):
-            sids[i] = sid
+            # A row is (chunk_id, pos, path, md5, label, split, segment_id, row, line, copy,
+            # duplicate).
+            sids: list = [kept.get(place_of(r[2], r[8], r[9])) for r in batch]
+            rest = [i for i, sid in enumerate(sids) if sid is None]
+            for i, sid in zip(rest, _sample_ids(session, [batch[i] for i in rest]), strict=True):
+                sids[i] = sid
+        else:
+            sids = _sample_ids(session, batch)
         driver_executemany(
             session, add_entries, [(r[0], r[1], sid) for r, sid in zip(batch, sids, strict=True)]
         )
