@@ -36,11 +36,25 @@ from pipeline.datasets.chunks import (
 from pipeline.datasets.once_writer import OnceWriter
 
 
+class KeptParts(dict[str, bytes]):
+    """Metadata parts by hash, kept while they fit in ``room`` bytes: a cut that keeps them
+    for the write (write_pieces) never holds more, whatever it cuts."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def keep(self, h: str, meta: bytes) -> None:
+        if h not in self and len(meta) <= self.room:
+            self[h] = meta
+            self.room -= len(meta)
+
+
 def _cuts(
     samples: Sequence[SampleLike],
     parent: Sequence[tuple[LeafRef, bytes]] | None,
     settled: dict[str, bytes] | None = None,
-    formatted: dict[str, bytes] | None = None,
+    formatted: KeptParts | None = None,
 ) -> list[tuple[int, int, str, int, LeafRef | None]]:
     """(start, stop, hash, size, the parent's leaf when it is one) of each leaf, by
     leaf_bounds' rule. Walking from a cut, a sample that begins one of the parent's leaves
@@ -54,10 +68,10 @@ def _cuts(
     scratch, which tests/datasets/test_chunks_reuse.py checks on random edits.
 
     A sample is formatted once however its leaf is found (an offered leaf that does not match
-    shares its lines with the leaf cut instead). ``formatted``, when given, receives each new
-    leaf's metadata part by hash, for write_pieces: a delta commit's windows keep them (a few
-    MB); a full commit's would be every sample's (~200 MB at a million), so it formats its new
-    leaves again instead."""
+    shares its lines with the leaf cut instead). ``formatted``, when given, keeps each new
+    leaf's metadata part by hash, for write_pieces, as far as its room allows: a delta commit's
+    windows keep them (a few MB); a full commit's would be every sample's (~200 MB at a
+    million), so it formats its new leaves again instead."""
     offered = {key: leaf for leaf, key in parent or ()}
     out: list[tuple[int, int, str, int, LeafRef | None]] = []
     n = len(samples)
@@ -91,7 +105,7 @@ def _cuts(
         meta = _part(samples, start, stop, lines)
         h = hashlib.sha256(meta).hexdigest()
         if formatted is not None:
-            formatted[h] = meta
+            formatted.keep(h, meta)
         out.append((start, stop, h, len(meta), None))
         del lines[: stop - start]  # what is left was formatted ahead, for the next leaf
         start = stop

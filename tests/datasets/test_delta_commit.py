@@ -406,21 +406,23 @@ def test_a_delta_commit_reads_which_head_leaves_are_on_disk_once(store, home, mo
     assert len(made) == 1 and made[0] > 0, made
 
 
-@pytest.mark.parametrize("keep", ["all", "none"])
+# The bytes of metadata parts the cut may keep: all of them, about one small leaf's (the parts
+# are ~1.2 KB: a part that does not fit is not kept, even while the window is being cut), none.
+@pytest.mark.parametrize("keep", ["all", "one", "none"])
 def test_a_delta_commit_formats_each_sample_of_its_windows_once(store, home, monkeypatch, keep):
     """A window's samples are formatted into metadata lines once: the offered head leaf that
     no longer matches, the leaf cut instead and the write of its part share the lines (they
     were formatted three times, a third of a commit at random places on a million samples).
-    Past the bytes the cut may keep ("none": no byte), the write formats a part again, and
-    writes the same files."""
+    Past the bytes the cut may keep, the write formats a part again, and writes the same
+    files."""
     from collections import Counter
 
     from pipeline.datasets import chunks, chunkwrite
     from pipeline.datasets.build import build, delta, windows
     from pipeline.datasets.chunkread import read_meta
 
-    if keep == "none":
-        monkeypatch.setattr(windows, "KEEP_FORMATTED_BYTES", 0)
+    room = {"all": windows.KEEP_FORMATTED_BYTES, "one": 2_000, "none": 0}[keep]
+    monkeypatch.setattr(windows, "KEEP_FORMATTED_BYTES", room)
     first, data, _parts = _small_leaves_version(store, home, monkeypatch)
     formatted: Counter = Counter()
     real_line = chunks.entry_line
@@ -447,6 +449,9 @@ def test_a_delta_commit_formats_each_sample_of_its_windows_once(store, home, mon
     assert {f"pets/{cls}/005a.jpg" for cls in CLASSES} <= {s.path for s in cut_again}
     assert formatted and max(formatted.values()) == (1 if keep == "all" else 2), formatted
     assert {(s.path, s.line, s.copy) for s in cut_again} <= formatted.keys()
+    kept = prepared[0].formatted
+    assert sum(map(len, kept.values())) <= room
+    assert bool(kept) == (keep != "none")
     for h, _n, reused, part in prepared[0].pieces:
         if reused is None:  # written, under the sha256 of the very bytes formatted
             assert read_meta(data, h) == chunks.meta_bytes(part)

@@ -21,7 +21,7 @@ from pipeline.datasets import chunks
 from pipeline.datasets.build.values import _Sample
 from pipeline.datasets.chunkread import read_entries
 from pipeline.datasets.chunks import LeafRef, sample_key
-from pipeline.datasets.chunkwrite import Piece, _cuts
+from pipeline.datasets.chunkwrite import KeptParts, Piece, _cuts
 
 # The new leaves' metadata parts kept for the write, at most: 1,000 files at random places
 # among a million samples re-cut ~900 leaves, ~56 MB of parts; a drop that re-cuts most of a
@@ -89,9 +89,10 @@ def cut(
     by_path = [s.path for s in samples]
     entries = _Entries(data_root)
     out: list[Piece] = []
-    formatted: dict[str, bytes] = {}
+    # A window that widens is cut again: the parts its narrower try kept stay (each is still
+    # its hash's bytes), at the price of their room.
+    formatted = KeptParts(KEEP_FORMATTED_BYTES)
     kept: dict[str, list[tuple[int, _Sample]]] = {}
-    kept_bytes = 0
     window_end = 0  # the head leaf after the last window (out holds whole leaves from there)
     k = 0
     while k < m:
@@ -119,12 +120,11 @@ def cut(
                 start -= 1  # nothing left here: the cut before it moves too
                 continue
             inside = head_leaves[start:stop]
-            made: dict[str, bytes] = {}  # this try's parts (a window that widens cuts again)
             cuts = _cuts(
                 window,
                 _offered(entries, inside),
                 _settled(entries, inside, dirty[start:stop]),
-                formatted=made,
+                formatted=formatted,
             )
             if (
                 stop >= m
@@ -138,10 +138,6 @@ def cut(
             while stop < m and dirty[stop]:
                 stop += 1
         out += [(h, size, reused, window[a:b]) for a, b, h, size, reused in cuts]
-        for h, meta in made.items():
-            if kept_bytes + len(meta) <= KEEP_FORMATTED_BYTES:
-                formatted[h] = meta
-                kept_bytes += len(meta)
         kept.update(origins)
         k = window_end = stop
     return Cut(out, formatted, kept)
