@@ -463,16 +463,16 @@ def test_a_delta_commit_takes_the_kept_samples_ids_from_their_head_leaves(
 ) -> None:
     """The re-cut leaves' kept samples are stored already: their ids come from the head
     leaves' entries by position, and only the change set's paths are searched for. Past
-    KNOW_AT_MOST ("by path") every path is searched. Either way the store's entries are the
+    windows.KEEP_ORIGINS_AT_MOST ("by path") every path is searched. Either way the store's entries are the
     version's metadata, and no sample is stored twice."""
     from sqlalchemy import text
 
     from pipeline.datasets import leaf_index
     from pipeline.datasets import manifest as mf
-    from pipeline.datasets.build import build, delta
+    from pipeline.datasets.build import build, delta, windows
 
     if know == "by path":
-        monkeypatch.setattr(delta, "KNOW_AT_MOST", 0)
+        monkeypatch.setattr(windows, "KEEP_ORIGINS_AT_MOST", 0)
     first, data, _parts = _small_leaves_version(store, home, monkeypatch)
     searched: list[str] = []
     real = leaf_index._stored_ids

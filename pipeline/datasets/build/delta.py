@@ -254,20 +254,14 @@ def prepare(session: Session, data_root: Path, dataset: str, recipe, since: Sinc
     )
 
 
-# Kept head samples whose ids a delta commit reads from their leaves, at most: ~200 bytes each
-# held until the commit records them (1,000 files at random places among a million samples keep
-# ~215,000); a drop that re-cuts most of a large version searches by path instead.
-KNOW_AT_MOST = 300_000
-
-
-def _known_samples(session: Session, head_leaves, kept: dict) -> dict[tuple, int]:
+def _known_samples(session: Session, head_leaves, kept: dict | None) -> dict[tuple, int]:
     """The store ids of the head samples the windows keep, from their head leaves' entries by
     position (leaf_index.record_entries then searches by path for the change set's alone:
     ~4 us a sample at a million, most of what a drop at random places records)."""
     from pipeline.datasets.leaf_index import leaf_sample_ids, place_of
 
-    if sum(len(pairs) for pairs in kept.values()) > KNOW_AT_MOST:
-        return {}
+    if not kept:
+        return {}  # none kept, or too many to hold (windows.KEEP_ORIGINS_AT_MOST)
     counts = {leaf.hash: leaf.count for leaf in head_leaves if leaf.hash in kept}
     ids = leaf_sample_ids(session, counts)
     return {

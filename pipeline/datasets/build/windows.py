@@ -30,6 +30,12 @@ from pipeline.datasets.chunkwrite import KeptParts, Piece, _cuts
 KEEP_FORMATTED_BYTES = 64 << 20
 
 
+# Kept head samples whose origins a cut records, at most (delta.py reads their store ids from
+# their leaves): 1,000 files at random places among a million samples keep ~215,000; a drop
+# that re-cuts most of a large version records none, and its samples are searched for by path.
+KEEP_ORIGINS_AT_MOST = 300_000
+
+
 class Cut(NamedTuple):
     """What cut() makes of the head and the change set."""
 
@@ -39,8 +45,9 @@ class Cut(NamedTuple):
     formatted: dict[str, bytes]
     # The head samples the windows keep, as (position, sample) under each head leaf they come
     # from: their store rows are the head leaf's entries at those positions
-    # (leaf_index.record_entries need not search for them).
-    kept: dict[str, list[tuple[int, _Sample]]]
+    # (leaf_index.record_entries need not search for them). None: more than
+    # KEEP_ORIGINS_AT_MOST.
+    kept: dict[str, list[tuple[int, _Sample]]] | None
 
 
 class Fallback(Exception):
@@ -92,7 +99,8 @@ def cut(
     # A window that widens is cut again: the parts its narrower try kept stay (each is still
     # its hash's bytes), at the price of their room.
     formatted = KeptParts(KEEP_FORMATTED_BYTES)
-    kept: dict[str, list[tuple[int, _Sample]]] = {}
+    kept: dict[str, list[tuple[int, _Sample]]] | None = {}
+    kept_n = 0
     window_end = 0  # the head leaf after the last window (out holds whole leaves from there)
     k = 0
     while k < m:
@@ -138,7 +146,12 @@ def cut(
             while stop < m and dirty[stop]:
                 stop += 1
         out += [(h, size, reused, window[a:b]) for a, b, h, size, reused in cuts]
-        kept.update(origins)
+        if kept is not None:
+            kept_n += sum(map(len, origins.values()))
+            if kept_n > KEEP_ORIGINS_AT_MOST:
+                kept = None
+            else:
+                kept.update(origins)
         k = window_end = stop
     return Cut(out, formatted, kept)
 
